@@ -1,0 +1,57 @@
+"""The committed wire schema matches the facts it is generated from."""
+
+import json
+from pathlib import Path
+
+from byok.proto import agent_pb2, aiserver_pb2
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_committed_proto_files_are_current():
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, str(ROOT / "proto" / "generate.py"), "--check"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _check_against_facts(module, facts_file):
+    facts = json.loads((ROOT / "proto" / "facts" / facts_file).read_text())
+    pool = module.DESCRIPTOR.pool
+    for name, spec in facts["messages"].items():
+        desc = pool.FindMessageTypeByName(name)
+        for f in spec["fields"]:
+            fd = desc.fields_by_name[f["name"]]
+            assert fd.number == f["number"], (name, f["name"])
+            if f.get("oneof"):
+                assert fd.containing_oneof is not None and fd.containing_oneof.name == f["oneof"]
+    for name, spec in facts["enums"].items():
+        desc = pool.FindEnumTypeByName(name)
+        assert [(v.name, v.number) for v in desc.values] == [tuple(v) for v in spec["values"]]
+
+
+def test_agent_schema_matches_facts():
+    _check_against_facts(agent_pb2, "agent.v1.json")
+
+
+def test_aiserver_schema_matches_facts():
+    _check_against_facts(aiserver_pb2, "aiserver.v1.subset.json")
+
+
+def test_unknown_fields_survive_round_trip():
+    # field 999 (unknown) inside a nested message and at top level
+    inner = agent_pb2.TextDeltaUpdate(text="hi").SerializeToString() + b"\xb8\x3e\x2a"
+    update = b"\x0a" + bytes([len(inner)]) + inner
+    msg = b"\x0a" + bytes([len(update)]) + update + b"\xba\x3e\x02zz"
+    parsed = agent_pb2.AgentServerMessage.FromString(msg)
+    assert parsed.interaction_update.text_delta.text == "hi"
+    assert parsed.SerializeToString() == msg
+
+
+def test_captured_kv_ack_hex_decodes():
+    msg = agent_pb2.AgentClientMessage.FromString(bytes.fromhex("1a0408011a00"))
+    assert msg.WhichOneof("message") == "kv_client_message"
+    assert msg.kv_client_message.id == 1
+    assert msg.kv_client_message.WhichOneof("message") == "set_blob_result"
