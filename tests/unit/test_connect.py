@@ -5,7 +5,7 @@ import struct
 import pytest
 from hypothesis import given, strategies as st
 
-from byok.addon.agent.connect import (
+from byok.agent.connect import (
     Code, ConnectError, EnvelopeDecoder, ErrorDetail, FLAG_END_STREAM, b64decode_lenient,
     decode_all, encode_end_stream, encode_envelope, parse_end_stream, split_envelopes, unary_error_body,
 )
