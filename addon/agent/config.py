@@ -1,4 +1,4 @@
-"""The user's providers file (TOML): models, their public ids and how to reach them.
+"""The user's providers file (TOML): models, their public ids, validation and live reload.
 
     [[providers]]
     name = "deepseek"
@@ -13,14 +13,39 @@
 
 A model's public id (what Cursor sends back as `requested_model.model_id`) is the first 4 bytes of
 SHA-256(normalized_base_url + "\\0" + kind + "\\0" + model_id) as 8 lowercase hex characters.
+
+Owns: parsing and validating the file (`load_providers` -> `ProvidersConfig`, or `ConfigFileError`
+naming the file, the line when known, the entry and the key), and `ProvidersFile`, the holder of
+the current config that reloads when the file changes and keeps the last good config on a bad edit.
+
+Two kinds of problem, on purpose:
+- file errors (syntax, unknown key, wrong type, duplicate id...) reject the whole file: one clear
+  error, no user models from it, traffic passes upstream;
+- run problems (an anthropic model without `max_output_tokens`, an unset key variable) leave the
+  model in the picker, so a run on it ends with a visible `ConfigError` (`ModelRoute.require_ready`).
+
+Keys never appear in messages, logs or `repr`: error texts name keys, never their values.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import logging
+import os
+import re
+import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from .errors import ConfigError
 
 PROVIDER_KINDS = ("openai_chat", "openai_responses", "anthropic")
+
+logger = logging.getLogger("byok.config")
 
 
 def normalize_base_url(base_url: str) -> str:
@@ -52,13 +77,485 @@ class ModelRoute:
     extra_headers: dict | None = field(default=None, repr=False)
     supports_images: bool = False
     supports_thinking: bool = False
+    problems: tuple[str, ...] = ()
+    """Static reasons a run on this model cannot start (it still shows in the picker)."""
+    where: str = ""
+    """Where the model is configured, for messages: `<file> [[providers]] #1 'x' model #2 'y'`."""
 
     def resolve_api_key(self) -> str | None:
         """The key to send, or None when it is not configured (a ConfigError for the run)."""
-        import os
-
         if self.api_key:
             return self.api_key
         if self.api_key_env:
             return os.environ.get(self.api_key_env) or None
         return None
+
+    def require_ready(self) -> str:
+        """The API key for a run on this model; raises `ConfigError` saying what to fix.
+
+        Checked at run start, not at load: an environment variable may be set later, and a model
+        with a problem must still show in the picker so the user sees this message.
+        """
+        if self.problems:
+            raise ConfigError(f"{self.where}: {self.problems[0]}")
+        key = self.resolve_api_key()
+        if key is None:
+            if self.api_key_env:
+                raise ConfigError(
+                    f"{self.where}: environment variable {self.api_key_env} is not set or empty "
+                    "(api_key_env); set it where mitmproxy runs, or use api_key",
+                    bad_key=True,
+                )
+            raise ConfigError(f"{self.where}: no API key configured", bad_key=True)
+        return key
+
+
+@dataclass(frozen=True)
+class ProvidersConfig:
+    """A validated providers file: the models in file order, looked up by public id."""
+
+    path: Path | None = None
+    models: tuple[ModelRoute, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_id", {m.public_id: m for m in self.models})
+
+    def lookup(self, public_id: str) -> ModelRoute | None:
+        return self._by_id.get(public_id)  # type: ignore[attr-defined]
+
+    def __len__(self) -> int:
+        return len(self.models)
+
+
+class ConfigFileError(ValueError):
+    """The providers file cannot be used. `str()` is the one message shown to the user."""
+
+    def __init__(self, path: Path | str, message: str, *, line: int | None = None,
+                 col: int | None = None, where: str | None = None) -> None:
+        self.path = Path(path)
+        self.line = line
+        self.col = col
+        self.where = where
+        self.detail = message
+        loc = str(path)
+        if line is not None:
+            loc += f":{line}" + (f":{col}" if col is not None else "")
+        super().__init__(f"{loc}: {where}: {message}" if where else f"{loc}: {message}")
+
+
+# ---- validation ---------------------------------------------------------------------------------
+
+PROVIDER_KEYS = frozenset(
+    {"name", "kind", "base_url", "api_key_env", "api_key", "extra_headers", "models"}
+)
+MODEL_KEYS = frozenset(
+    {
+        "id", "display_name", "context_tokens", "max_output_tokens", "reasoning_effort",
+        "thinking_budget_tokens", "extra_body", "supports_images", "supports_thinking",
+    }
+)
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+class _Lines:
+    """Best-effort source lines for semantic errors (tomllib keeps no positions).
+
+    Maps the n-th `[[providers]]` / its m-th `[[providers.models]]` header to a line range and finds
+    `key =` inside it. Inline-table spellings get no line; the message still names entry and key.
+    """
+
+    _HEADER = re.compile(r"^\s*\[\[?\s*([A-Za-z0-9_.\"' -]+?)\s*\]\]?\s*(#.*)?$")
+
+    def __init__(self, text: str) -> None:
+        self.lines = text.splitlines()
+        self.headers: list[tuple[int, str, bool]] = []  # (0-based line, table name, is array)
+        for i, raw in enumerate(self.lines):
+            m = self._HEADER.match(raw)
+            if m and raw.lstrip().startswith("["):
+                name = re.sub(r"\s+", "", m.group(1)).replace('"', "").replace("'", "")
+                self.headers.append((i, name, raw.lstrip().startswith("[[")))
+
+    def _range(self, p: int, m: int | None) -> tuple[int, int] | None:
+        providers = [k for k, (_, n, arr) in enumerate(self.headers) if arr and n == "providers"]
+        if p >= len(providers):
+            return None
+        k = providers[p]
+        if m is not None:
+            end = providers[p + 1] if p + 1 < len(providers) else len(self.headers)
+            models = [j for j in range(k + 1, end)
+                      if self.headers[j][2] and self.headers[j][1] == "providers.models"]
+            if m >= len(models):
+                return None
+            k = models[m]
+        start = self.headers[k][0]
+        stop = self.headers[k + 1][0] if k + 1 < len(self.headers) else len(self.lines)
+        return start, stop
+
+    def find(self, p: int, m: int | None = None, key: str | None = None) -> int | None:
+        """1-based line of `key` in provider p (model m), or of the entry's header."""
+        span = self._range(p, m)
+        if span is None:
+            return None
+        start, stop = span
+        if key is not None:
+            pat = re.compile(rf"^\s*[\"']?{re.escape(key)}[\"']?\s*=")
+            for i in range(start + 1, stop):
+                if pat.match(self.lines[i]):
+                    return i + 1
+        return start + 1
+
+
+class _Validator:
+    """Turns the parsed TOML into routes; the first problem raises `ConfigFileError`."""
+
+    def __init__(self, path: Path, text: str) -> None:
+        self.path = path
+        self.locate = _Lines(text)
+        self.warnings: list[str] = []
+
+    def fail(self, message: str, *, where: str | None, p: int | None = None,
+             m: int | None = None, key: str | None = None) -> ConfigFileError:
+        line = self.locate.find(p, m, key) if p is not None else None
+        return ConfigFileError(self.path, message, line=line, where=where)
+
+    def run(self, data: dict[str, Any]) -> ProvidersConfig:
+        unknown = sorted(set(data) - {"providers"})
+        if unknown:
+            raise self.fail(f"unknown top-level key {unknown[0]!r} (only [[providers]] is allowed)",
+                            where=None)
+        providers = data.get("providers", [])
+        if not isinstance(providers, list) or not all(isinstance(p, dict) for p in providers):
+            raise self.fail("providers must be an array of tables: write [[providers]]", where=None)
+        routes: list[ModelRoute] = []
+        seen_names: dict[str, str] = {}
+        seen_ids: dict[str, str] = {}
+        for p, entry in enumerate(providers):
+            for m, (route, where) in enumerate(self.provider(p, entry, seen_names)):
+                if route.public_id in seen_ids:
+                    raise self.fail(
+                        f"public id {route.public_id} is already used by {seen_ids[route.public_id]} "
+                        "(same base_url, kind and id: list each model once)",
+                        where=where, p=p, m=m, key="id",
+                    )
+                seen_ids[route.public_id] = where
+                routes.append(route)
+        return ProvidersConfig(self.path, tuple(routes))
+
+    def provider(self, p: int, entry: dict[str, Any],
+                 seen_names: dict[str, str]) -> list[tuple[ModelRoute, str]]:
+        where = f"[[providers]] #{p + 1}"
+        name = entry.get("name")
+        if isinstance(name, str) and name.strip():
+            where += f" {name!r}"
+
+        def fail(message: str, key: str | None = None) -> ConfigFileError:
+            return self.fail(message, where=where, p=p, key=key)
+
+        for key in entry:
+            if key not in PROVIDER_KEYS:
+                hint = " (it belongs in [[providers.models]])" if key in MODEL_KEYS else ""
+                raise fail(f"unknown key {key!r}{hint}; allowed: {', '.join(sorted(PROVIDER_KEYS))}", key)
+        if not isinstance(name, str) or not name.strip():
+            raise fail("name is required: a non-empty string", "name")
+        if name in seen_names:
+            raise fail(f"provider name {name!r} is already used by {seen_names[name]}", "name")
+        seen_names[name] = where
+
+        kind = entry.get("kind")
+        if kind not in PROVIDER_KINDS:
+            got = f" (got {kind!r})" if isinstance(kind, str) else ""
+            raise fail(f"kind must be one of {', '.join(PROVIDER_KINDS)}{got}", "kind")
+
+        base_url = entry.get("base_url")
+        if not isinstance(base_url, str):
+            raise fail("base_url is required: an http(s) URL such as https://api.openai.com/v1", "base_url")
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise fail("base_url must be an http:// or https:// URL with a host", "base_url")
+        if parts.username or parts.password:
+            raise fail("base_url must not carry credentials; use api_key_env or api_key", "base_url")
+
+        has_env, has_key = "api_key_env" in entry, "api_key" in entry
+        if has_env == has_key:
+            raise fail("set exactly one of api_key_env (name of an environment variable) or api_key",
+                       "api_key" if has_key else "api_key_env" if has_env else None)
+        api_key_env = entry.get("api_key_env")
+        api_key = entry.get("api_key")
+        if has_env and (not isinstance(api_key_env, str) or not _ENV_NAME.match(api_key_env)):
+            raise fail("api_key_env must be the name of an environment variable, like OPENAI_API_KEY "
+                       "(the name, not the key)", "api_key_env")
+        if has_key and (not isinstance(api_key, str) or not api_key.strip()):
+            raise fail("api_key must be a non-empty string", "api_key")
+        if has_env and not os.environ.get(api_key_env or ""):
+            self.warnings.append(f"{where}: environment variable {api_key_env} is not set; runs on its "
+                                 "models will fail until it is")
+
+        extra_headers = entry.get("extra_headers")
+        if extra_headers is not None and not (
+            isinstance(extra_headers, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in extra_headers.items())
+        ):
+            raise fail("extra_headers must be a table of string values, e.g. { \"HTTP-Referer\" = \"...\" }",
+                       "extra_headers")
+
+        models = entry.get("models")
+        if not isinstance(models, list) or not models or not all(isinstance(m, dict) for m in models):
+            raise fail("needs at least one model: add a [[providers.models]] table with an id", "models")
+
+        return [
+            self.model(p, m, model, provider=name, kind=kind, base_url=base_url, api_key=api_key,
+                       api_key_env=api_key_env, extra_headers=extra_headers, provider_where=where)
+            for m, model in enumerate(models)
+        ]
+
+    def model(self, p: int, m: int, entry: dict[str, Any], *, provider: str, kind: str,
+              base_url: str, api_key: str | None, api_key_env: str | None,
+              extra_headers: dict | None, provider_where: str) -> tuple[ModelRoute, str]:
+        model_id = entry.get("id")
+        where = f"{provider_where} model #{m + 1}"
+        if isinstance(model_id, str) and model_id.strip():
+            where += f" {model_id!r}"
+
+        def fail(message: str, key: str | None = None) -> ConfigFileError:
+            return self.fail(message, where=where, p=p, m=m, key=key)
+
+        for key in entry:
+            if key not in MODEL_KEYS:
+                hint = " (it belongs in [[providers]])" if key in PROVIDER_KEYS else ""
+                raise fail(f"unknown key {key!r}{hint}; allowed: {', '.join(sorted(MODEL_KEYS))}", key)
+        if not isinstance(model_id, str) or not model_id.strip():
+            raise fail("id is required: the provider's model name, e.g. \"gpt-4.1\"", "id")
+
+        display_name = entry.get("display_name", f"{model_id} (BYOK)")
+        if not isinstance(display_name, str) or not display_name.strip():
+            raise fail("display_name must be a non-empty string", "display_name")
+
+        def positive_int(key: str) -> int | None:
+            value = entry.get(key)
+            # bool is an int subclass: `true` is not a token count
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+                raise fail(f"{key} must be a positive integer", key)
+            return value
+
+        context_tokens = positive_int("context_tokens")
+        max_output_tokens = positive_int("max_output_tokens")
+        thinking_budget = positive_int("thinking_budget_tokens")
+
+        effort = entry.get("reasoning_effort")
+        if effort is not None and (not isinstance(effort, str) or not effort.strip()):
+            raise fail("reasoning_effort must be a string such as \"low\", \"medium\" or \"high\"",
+                       "reasoning_effort")
+        if effort is not None and kind == "anthropic":
+            raise fail("reasoning_effort is for openai_chat / openai_responses; anthropic models use "
+                       "thinking_budget_tokens", "reasoning_effort")
+        if thinking_budget is not None and kind != "anthropic":
+            raise fail("thinking_budget_tokens is for anthropic models; openai kinds use reasoning_effort "
+                       "(or extra_body for provider-specific knobs)", "thinking_budget_tokens")
+        if thinking_budget is not None and max_output_tokens is not None and thinking_budget >= max_output_tokens:
+            raise fail("thinking_budget_tokens must be smaller than max_output_tokens (Anthropic counts "
+                       "thinking inside max_tokens)", "thinking_budget_tokens")
+
+        extra_body = entry.get("extra_body")
+        if extra_body is not None and not isinstance(extra_body, dict):
+            raise fail("extra_body must be a table, e.g. extra_body = { top_k = 20 }", "extra_body")
+
+        def flag(key: str, default: bool) -> bool:
+            value = entry.get(key, default)
+            if not isinstance(value, bool):
+                raise fail(f"{key} must be true or false", key)
+            return value
+
+        supports_images = flag("supports_images", False)
+        supports_thinking = flag("supports_thinking", effort is not None or thinking_budget is not None)
+
+        problems: list[str] = []
+        if kind == "anthropic" and max_output_tokens is None:
+            problems.append("anthropic models need max_output_tokens (sent as max_tokens); add it to "
+                            "this [[providers.models]] entry")
+        full_where = f"{self.path}: {where}"
+        for problem in problems:
+            self.warnings.append(f"{where}: {problem}")
+        route = ModelRoute(
+            public_id=public_model_id(base_url, kind, model_id),
+            provider=provider,
+            kind=kind,
+            base_url=normalize_base_url(base_url),
+            model_id=model_id,
+            display_name=display_name,
+            api_key=api_key,
+            api_key_env=api_key_env,
+            context_tokens=context_tokens,
+            max_output_tokens=max_output_tokens,
+            reasoning_effort=effort,
+            thinking_budget_tokens=thinking_budget,
+            extra_body=extra_body,
+            extra_headers=dict(extra_headers) if extra_headers else None,
+            supports_images=supports_images,
+            supports_thinking=supports_thinking,
+            problems=tuple(problems),
+            where=full_where,
+        )
+        return route, where
+
+
+def parse_providers(text: str, path: Path | str = "<providers>") -> tuple[ProvidersConfig, list[str]]:
+    """Validate TOML text; returns the config and warnings (run problems, unset key variables)."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        # tomllib's message ends with "(at line L, column C)"; lift that into the location
+        msg = str(e)
+        m = re.search(r"\(at line (\d+), column (\d+)\)$", msg)
+        if m:
+            raise ConfigFileError(path, f"TOML syntax: {msg[: m.start()].strip()}",
+                                  line=int(m.group(1)), col=int(m.group(2))) from None
+        raise ConfigFileError(path, f"TOML syntax: {msg}") from None
+    validator = _Validator(path, text)
+    return validator.run(data), validator.warnings
+
+
+def load_providers(path: Path | str) -> ProvidersConfig:
+    """Read and validate the providers file. Raises `ConfigFileError` (also for unreadable files)."""
+    config, _ = _load(Path(path))
+    return config
+
+
+def _load(path: Path) -> tuple[ProvidersConfig, list[str]]:
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise ConfigFileError(path, f"cannot read: {e.strerror or e}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigFileError(path, f"not UTF-8 (byte {e.start})") from None
+    return parse_providers(text, path)
+
+
+# ---- live reload --------------------------------------------------------------------------------
+
+_Signature = tuple[int, int, int] | None
+"""(mtime_ns, size, inode) of the file, or None when it does not exist."""
+
+
+def _signature(path: Path) -> _Signature:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return (-1, -1, -1)  # unreadable: let the load report why
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+class ProvidersFile:
+    """The current providers config of one path; reloads when the file changes.
+
+    `current()` costs one `stat`; the file is parsed only when (mtime_ns, size, inode) changed.
+    A bad edit keeps the last good config and logs the error once per change; a missing file is an
+    empty config (no user models), logged once. `watch()` polls so reloads are logged promptly even
+    when nothing asks for the config.
+    """
+
+    def __init__(self, path: Path | str | None = None) -> None:
+        self._path: Path | None = None
+        self._config = ProvidersConfig()
+        self._sig: _Signature | str = "unset"
+        self.last_error: ConfigFileError | None = None
+        """The error of the file as it is now, or None when it loaded (or is missing)."""
+        self.generation = 0
+        """Bumped on every change of the config in use."""
+        if path is not None:
+            self.set_path(path)
+
+    @property
+    def path(self) -> Path | None:
+        return self._path
+
+    def set_path(self, path: Path | str | None) -> None:
+        """Switch to another file (the `byok_config` option changed) and load it now."""
+        new = Path(path).expanduser() if path else None
+        if new == self._path and self._sig != "unset":
+            return
+        self._path = new
+        self._sig = "unset"
+        self._config = ProvidersConfig(new)
+        self.last_error = None
+        self.generation += 1
+        self.refresh()
+
+    def current(self) -> ProvidersConfig:
+        self.refresh()
+        return self._config
+
+    @property
+    def models(self) -> tuple[ModelRoute, ...]:
+        return self.current().models
+
+    def lookup(self, public_id: str) -> ModelRoute | None:
+        """The route for `requested_model.model_id`, or None (not a user model: pass upstream)."""
+        return self.current().lookup(public_id)
+
+    def refresh(self, *, force: bool = False) -> bool:
+        """Reload if the file changed (or `force`); True when the config in use changed."""
+        if self._path is None:
+            return False
+        sig = _signature(self._path)
+        if sig == self._sig and not force:
+            return False
+        self._sig = sig
+        if sig is None:
+            self.last_error = None
+            logger.info("providers file %s not found: no user models, all traffic passes upstream",
+                        self._path)
+            return self._use(ProvidersConfig(self._path))
+        try:
+            config, warnings = _load(self._path)
+        except ConfigFileError as e:
+            self.last_error = e
+            kept = (f"keeping the last good config ({len(self._config)} models)" if self._config.models
+                    else "no user models until it is fixed")
+            logger.error("providers file error: %s; %s", e, kept)
+            return False
+        self.last_error = None
+        for warning in warnings:
+            logger.warning("providers file %s: %s", self._path, warning)
+        logger.info("providers file %s: %d model(s): %s", self._path, len(config),
+                    ", ".join(f"{m.public_id}={m.provider}/{m.model_id}" for m in config.models) or "-")
+        return self._use(config)
+
+    def _use(self, config: ProvidersConfig) -> bool:
+        changed = config.models != self._config.models
+        self._config = config
+        if changed:
+            self.generation += 1
+        return changed
+
+    async def watch(self, interval_s: float = 2.0) -> None:
+        """Poll the file until cancelled (mitmproxy runs this as a background task)."""
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                self.refresh()
+            except Exception:  # never let the watcher die on a surprise; log and keep polling
+                logger.exception("providers file watcher failed")
+
+
+def redact(text: str, routes: Iterable[ModelRoute]) -> str:
+    """Replace configured key material in `text` (for provider bodies or errors stored elsewhere)."""
+    for route in routes:
+        for secret in _secrets(route):
+            text = text.replace(secret, "<redacted>")
+    return text
+
+
+def _secrets(route: ModelRoute) -> list[str]:
+    out = []
+    key = route.resolve_api_key()
+    if key and len(key) >= 4:
+        out.append(key)
+    for value in (route.extra_headers or {}).values():
+        if len(value) >= 8:  # header values may be tokens; short ones (e.g. "1") would redact noise
+            out.append(value)
+    return out
