@@ -1,0 +1,407 @@
+"""History -> Cursor checkpoint: the conversation state graph, as a pure function.
+
+    ConversationStateStructure (inline in the checkpoint update)
+     ├ root_prompt_messages_json[] -> JSON blobs: system, runtime user, assistant, tool (AI-SDK style)
+     ├ pending_tool_calls[]           the complete pending assistant JSON while a round is staged
+     ├ turns[] -> ConversationTurnStructure{agent_conversation_turn{user_message, steps[], request_id}}
+     └ token_details, mode            (every other field is echoed from the client's state)
+
+`project()` never touches the store and never mutates anything: the same messages and context give
+the same blob bytes and ids. It returns every blob it renders (children first); the run SETs those
+the client does not hold yet and waits for their ACKs before publishing the state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from byok.proto import agent_pb2 as apb
+
+from ..history import FoldedItem, fold, unb64
+from ..transcript import AssistantItem, ImagePart, TextPart, ToolResultItem, ToolSpec, UserItem
+
+SECTION_TAGS = {"rules": "rules", "skills": "agent_skills", "subagents": "subagents", "mcp": "mcp_meta_tools"}
+BREAKDOWN_LABELS = [
+    ("system_prompt", "System prompt"),
+    ("tools", "Tool definitions"),
+    ("rules", "Rules"),
+    ("skills", "Skills"),
+    ("mcp", "MCP & dynamic tools"),
+    ("subagents", "Subagent definitions"),
+    ("summarized_conversation", "Summarized conversation"),
+    ("conversation", "Conversation"),
+]
+
+
+def dumps(obj: object) -> bytes:
+    """The one JSON encoding of root blobs: compact, UTF-8, key order as built."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def sha256(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
+
+
+def roots_digest(root_ids: Sequence[bytes]) -> str:
+    """Identity of a history as the client holds it: all roots but the system root (which a new
+    mode or model may replace without changing the history)."""
+    return hashlib.sha256(b"".join(root_ids[1:])).hexdigest()
+
+
+@dataclass(frozen=True)
+class ProjectionContext:
+    system_prompt: str
+    tools: tuple[ToolSpec, ...]
+    base_state: bytes
+    """The client's inbound ConversationStateStructure (serialized): fields we do not own are echoed."""
+    mode: int
+    """agent.v1.AgentMode of this run."""
+    max_tokens: int | None = None
+    """Context size to report when the client's state has none."""
+
+
+@dataclass(frozen=True)
+class Pending:
+    """The assistant of a staged checkpoint: not in the stable roots yet."""
+
+    item: AssistantItem
+    thinking_ms: int | None = None
+    usage: dict | None = None
+    started_at_ms: int | None = None
+    """Set for a tool round: providerOptions.cursor.pendingToolCallStartedAtMs."""
+
+
+@dataclass
+class Projection:
+    state: apb.ConversationStateStructure
+    blobs: dict[bytes, bytes] = field(default_factory=dict)
+    """Every blob this projection renders, children before parents."""
+    roots_digest: str = ""
+
+    def state_bytes(self) -> bytes:
+        return self.state.SerializeToString(deterministic=True)
+
+
+# ---- root JSON -----------------------------------------------------------------------------------
+
+
+def system_root(system_prompt: str) -> bytes:
+    return dumps({"role": "system", "content": system_prompt})
+
+
+def user_root(item: UserItem) -> bytes:
+    content = []
+    for part in item.parts:
+        if isinstance(part, TextPart):
+            content.append({"type": "text", "text": part.text})
+        elif isinstance(part, ImagePart):
+            content.append({"type": "image", "mimeType": part.mime_type, "data": part.data_b64})
+    msg: dict = {"role": "user"}
+    if item.wire_id:
+        msg["id"] = item.wire_id
+    msg["content"] = content
+    return dumps(msg)
+
+
+def _tool_input(arguments: str) -> object:
+    try:
+        return json.loads(arguments) if arguments.strip() else {}
+    except json.JSONDecodeError:
+        return arguments
+
+
+def assistant_json(item: AssistantItem, *, pending_started_at_ms: int | None = None) -> dict:
+    """AI-SDK-style assistant message. Every assistant root's wire id is "1" (captured)."""
+    content: list[dict] = []
+    if item.thinking:
+        content.append({"type": "reasoning", "text": item.thinking})
+    if item.text:
+        content.append({"type": "text", "text": item.text})
+    for call in item.tool_calls:
+        content.append(
+            {"type": "tool-call", "toolCallId": call.call_id, "toolName": call.name,
+             "input": _tool_input(call.arguments)}
+        )
+    msg: dict = {"role": "assistant", "id": "1", "content": content}
+    options: dict = {}
+    if pending_started_at_ms is not None:
+        options["cursor"] = {"pendingToolCallStartedAtMs": pending_started_at_ms}
+    if item.replay is not None:
+        options["cursorByok"] = {"replay": item.replay}
+    if options:
+        msg["providerOptions"] = options
+    return msg
+
+
+def tool_root(results: Sequence[ToolResultItem]) -> bytes:
+    first = results[0]
+    return dumps(
+        {
+            "role": "tool",
+            "id": first.call_id,
+            "content": [
+                {"type": "tool-result", "toolCallId": r.call_id, "toolName": r.name,
+                 "output": {"type": "error-text" if r.is_error else "text", "value": r.content}}
+                for r in results
+            ],
+        }
+    )
+
+
+# ---- steps and turns -------------------------------------------------------------------------------
+
+
+@dataclass
+class _Turn:
+    user_message: bytes | None
+    """Blob bytes of the UserMessage (ours) ..."""
+    user_message_id: bytes
+    request_id: str | None
+    steps: list[bytes] = field(default_factory=list)
+    """Step blob ids, in order."""
+    imported_id: bytes | None = None
+    """... or the id of a turn blob we did not write (kept as is while nothing is added)."""
+
+
+def _step(message: apb.ConversationStep) -> bytes:
+    return message.SerializeToString(deterministic=True)
+
+
+def _thinking_step(text: str, duration_ms: int | None) -> bytes:
+    msg = apb.ThinkingMessage(text=text)
+    if duration_ms:
+        msg.duration_ms = duration_ms
+    return _step(apb.ConversationStep(thinking_message=msg))
+
+
+def _text_step(text: str) -> bytes:
+    return _step(apb.ConversationStep(assistant_message=apb.AssistantMessage(text=text)))
+
+
+class _Builder:
+    def __init__(self) -> None:
+        self.blobs: dict[bytes, bytes] = {}
+
+    def blob(self, data: bytes) -> bytes:
+        bid = sha256(data)
+        self.blobs.setdefault(bid, data)
+        return bid
+
+
+def _assistant_steps(b: _Builder, turn: _Turn | None, thinking: str, thinking_ms: int | None, text: str) -> None:
+    if turn is None:
+        return
+    if thinking:
+        turn.steps.append(b.blob(_thinking_step(thinking, thinking_ms)))
+    if text:
+        turn.steps.append(b.blob(_text_step(text)))
+
+
+def _turn_blob(turn: _Turn) -> bytes:
+    inner = apb.AgentConversationTurnStructure(user_message=turn.user_message_id, steps=turn.steps)
+    if turn.request_id:
+        inner.request_id = turn.request_id
+    return apb.ConversationTurnStructure(agent_conversation_turn=inner).SerializeToString(deterministic=True)
+
+
+# ---- token details ---------------------------------------------------------------------------------
+
+
+def estimate_tokens(text: str) -> tuple[int, int]:
+    """(estimated tokens, UTF-16 code units): 0.273 per ASCII char, 0.55 per other code unit."""
+    ascii_chars = sum(1 for ch in text if ord(ch) < 128)
+    units = len(text.encode("utf-16-le")) // 2
+    return round(ascii_chars * 0.273 + (units - ascii_chars) * 0.55), units
+
+
+def _section(text: str, tag: str) -> str:
+    start, end = f"<{tag}>", f"</{tag}>"
+    out = []
+    pos = 0
+    while (i := text.find(start, pos)) >= 0:
+        j = text.find(end, i)
+        if j < 0:
+            break
+        out.append(text[i : j + len(end)])
+        pos = j + len(end)
+    return "".join(out)
+
+
+def breakdown(used: int, max_tokens: int, system_prompt: str, tools: Sequence[ToolSpec],
+              runtime_texts: Sequence[str], conversation_chars: int) -> apb.PromptTokenBreakdownSnapshot:
+    """The 8 categories; `conversation` takes the remainder so they sum exactly to `used`."""
+    estimates: dict[str, tuple[int, int]] = {
+        "system_prompt": estimate_tokens(system_prompt),
+        "tools": estimate_tokens(json.dumps([[t.name, t.description, t.parameters] for t in tools])),
+    }
+    for key, tag in SECTION_TAGS.items():
+        estimates[key] = estimate_tokens("".join(_section(t, tag) for t in runtime_texts))
+    estimates["summarized_conversation"] = (0, 0)
+    fixed_keys = [k for k, _ in BREAKDOWN_LABELS if k != "conversation"]
+    fixed_total = sum(estimates[k][0] for k in fixed_keys)
+    if fixed_total > used:  # shrink with the largest-remainder method, never below zero
+        exact = {k: estimates[k][0] * used / fixed_total for k in fixed_keys}
+        floors = {k: int(v) for k, v in exact.items()}
+        leftover = used - sum(floors.values())
+        for k in sorted(fixed_keys, key=lambda k: exact[k] - floors[k], reverse=True)[:leftover]:
+            floors[k] += 1
+        estimates.update({k: (floors[k], estimates[k][1]) for k in fixed_keys})
+        fixed_total = used
+    estimates["conversation"] = (used - fixed_total, conversation_chars)
+    snapshot = apb.PromptTokenBreakdownSnapshot(total_used_tokens=used, max_tokens=max_tokens)
+    for key, label in BREAKDOWN_LABELS:
+        tokens, chars = estimates[key]
+        snapshot.categories.add(id=key, label=label, estimated_tokens=tokens, character_count=chars)
+    return snapshot
+
+
+def _usage_total(usage: Mapping | None) -> int | None:
+    if not usage or usage.get("input_tokens") is None or usage.get("output_tokens") is None:
+        return None
+    return int(usage["input_tokens"]) + int(usage["output_tokens"])
+
+
+# ---- the projection ---------------------------------------------------------------------------------
+
+
+def project(
+    messages: Sequence,
+    ctx: ProjectionContext,
+    *,
+    blobs: Mapping[bytes, bytes] | None = None,
+    pending: Pending | None = None,
+) -> Projection:
+    """Project stored messages (+ an optional pending assistant) to a checkpoint state.
+
+    `blobs` supplies the bytes of imported roots (they are referenced, never re-rendered).
+    """
+    b = _Builder()
+    state = apb.ConversationStateStructure.FromString(ctx.base_state)
+    for name in ("root_prompt_messages_json", "turns", "pending_tool_calls"):
+        state.ClearField(name)
+    state.ClearField("token_details")
+    state.mode = ctx.mode
+
+    roots = [b.blob(system_root(ctx.system_prompt))]
+    folded = fold(messages, blobs)
+    _append_roots(b, roots, folded)
+
+    turns: list[_Turn] = []
+    imported_turns: list[bytes] = []
+    round_sizes = {
+        m.payload["tool_round_id"]: m.payload["round_size"]
+        for m in messages
+        if m.payload["kind"] == "assistant" and m.payload.get("tool_round_id")
+    }
+    round_first_seen: set[str] = set()
+    round_tools: dict[str, list[tuple[int, bytes]]] = {}
+    last_usage: Mapping | None = None
+    runtime_texts: list[str] = []
+    for msg in messages:
+        p = msg.payload
+        kind = p["kind"]
+        current = turns[-1] if turns else None
+        if kind == "runtime":
+            runtime_texts.append("".join(part.get("text", "") for part in p["parts"]))
+            if p.get("turn"):
+                um = unb64(p["turn"]["user_message_blob"])
+                if p["turn"].get("state_blob"):
+                    b.blob(unb64(p["turn"]["state_blob"]))
+                turns.append(_Turn(um, b.blob(um), p["turn"]["request_id"]))
+        elif kind == "assistant":
+            if p.get("usage"):
+                last_usage = p["usage"]
+            rid = p.get("tool_round_id")
+            if rid is None or rid not in round_first_seen:
+                if rid is not None:
+                    round_first_seen.add(rid)
+                _assistant_steps(b, current, p["thinking"], p.get("thinking_ms"), p["text"])
+        elif kind == "tool":
+            rid = p["tool_round_id"]
+            round_tools.setdefault(rid, []).append((p["call_index"], unb64(p["tool_call"])))
+            if len(round_tools[rid]) == round_sizes[rid] and current is not None:
+                for _, pb in sorted(round_tools[rid]):
+                    current.steps.append(b.blob(_step(apb.ConversationStep(tool_call=apb.ToolCall.FromString(pb)))))
+        elif kind == "import":
+            imported_turns = [bytes.fromhex(t) for t in p["turns"]]
+            turns = []
+            last = p.get("open_turn")
+            if last:  # the last imported turn, decoded so later steps can extend it
+                imported_turns = imported_turns[:-1]
+                turns.append(
+                    _Turn(None, bytes.fromhex(last["user_message"]), last.get("request_id"),
+                          [bytes.fromhex(s) for s in last["steps"]], imported_id=bytes.fromhex(last["id"]))
+                )
+
+    if pending is not None:
+        _assistant_steps(b, turns[-1] if turns else None, pending.item.thinking, pending.thinking_ms,
+                         pending.item.text)
+        if pending.usage:
+            last_usage = pending.usage
+        state.pending_tool_calls.append(
+            dumps(assistant_json(pending.item, pending_started_at_ms=pending.started_at_ms)).decode()
+        )
+
+    turn_ids = list(imported_turns)
+    for turn in turns:
+        if turn.imported_id is not None and turn.user_message is None and _unchanged_import(turn, messages):
+            turn_ids.append(turn.imported_id)
+        else:
+            turn_ids.append(b.blob(_turn_blob(turn)))
+    state.root_prompt_messages_json.extend(roots)
+    state.turns.extend(turn_ids)
+    _token_details(state, ctx, last_usage, runtime_texts, folded)
+    return Projection(state=state, blobs=b.blobs, roots_digest=roots_digest(roots))
+
+
+def _unchanged_import(turn: _Turn, messages: Sequence) -> bool:
+    for msg in reversed(messages):
+        if msg.payload["kind"] == "import":
+            return len(turn.steps) == len(msg.payload["open_turn"]["steps"])
+    return True
+
+
+def _append_roots(b: _Builder, roots: list[bytes], folded: Sequence[FoldedItem]) -> None:
+    i = 0
+    while i < len(folded):
+        f = folded[i]
+        if f.imported_root is not None:
+            roots.append(f.imported_root)
+            while i < len(folded) and folded[i].root_group == f.root_group and folded[i].imported_root:
+                i += 1
+            continue
+        item = f.item
+        if isinstance(item, UserItem):
+            roots.append(b.blob(user_root(item)))
+        elif isinstance(item, AssistantItem):
+            roots.append(b.blob(dumps(assistant_json(item))))
+        elif isinstance(item, ToolResultItem):
+            roots.append(b.blob(tool_root([item])))
+        i += 1
+
+
+def _token_details(state: apb.ConversationStateStructure, ctx: ProjectionContext, usage: Mapping | None,
+                   runtime_texts: Sequence[str], folded: Sequence[FoldedItem]) -> None:
+    base = apb.ConversationStateStructure.FromString(ctx.base_state)
+    used = _usage_total(usage)
+    max_tokens = base.token_details.max_tokens or ctx.max_tokens or 0
+    if used is None:
+        if base.HasField("token_details"):
+            state.token_details.CopyFrom(base.token_details)
+        return
+    conversation_chars = 0
+    for f in folded:
+        item = f.item
+        if isinstance(item, UserItem):
+            text = "".join(p.text for p in item.parts if isinstance(p, TextPart))
+        else:
+            text = getattr(item, "text", "") + getattr(item, "thinking", "") + getattr(item, "content", "")
+        conversation_chars += len(text.encode("utf-16-le")) // 2
+    state.token_details.used_tokens = used
+    state.token_details.max_tokens = max_tokens
+    state.token_details.breakdown.CopyFrom(
+        breakdown(used, max_tokens, ctx.system_prompt, ctx.tools, runtime_texts, conversation_chars)
+    )

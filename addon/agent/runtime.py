@@ -1,0 +1,191 @@
+"""The agent runtime: routes requests, owns the live runs, feeds them client messages in order.
+
+Pure asyncio (no mitmproxy). The backend addon calls three entry points:
+    on_append(request_id, seqno, message, raw)  every decoded BidiAppend
+    wait_route(request_id, timeout)             RunSSE and early appends wait for the routing decision
+    run(request_id)                             the live run a local RunSSE streams
+
+A request's route is decided by its first run_request: LOCAL when the requested model is one of the
+user's, UPSTREAM otherwise (and always in observe mode). Only the first decision counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from byok.proto import agent_pb2 as apb
+
+from .clock import Clock, Ids
+from .cursor import updates
+from .errors import ProtocolError, RunCanceled, RunError, ShuttingDown
+from .inbox import Inbox
+from .run import FrameSink, Run, RunSettings
+
+log = logging.getLogger("byok.runtime")
+
+
+class Route(enum.Enum):
+    LOCAL = "local"
+    UPSTREAM = "upstream"
+
+
+@dataclass
+class RequestChannel:
+    request_id: str
+    route: asyncio.Future
+    inbox: Inbox = field(default_factory=Inbox)
+    run: Run | None = None
+    started: bool = False
+
+
+class RouteTimeout(Exception):
+    pass
+
+
+def requested_model_id(request: apb.AgentRunRequest) -> str:
+    """The model the client asked for: `requested_model.model_id`, else `model_details.model_id`."""
+    if request.requested_model.model_id:
+        return request.requested_model.model_id
+    return request.model_details.model_id
+
+
+@dataclass
+class Runtime:
+    is_user_model: Callable[[str], bool]
+    """public model id -> whether it is one of the user's models (config lookup)."""
+    make_turn: Callable[[apb.AgentRunRequest], Callable[[Run], Awaitable[None]]]
+    """Builds the turn coroutine for a local run (loop.py)."""
+    settings: RunSettings = field(default_factory=RunSettings)
+    observe: bool = False
+    clock: Clock = field(default_factory=Clock)
+    ids: Ids = field(default_factory=Ids)
+    frame_sink_for: Callable[[str], FrameSink | None] = lambda request_id: None
+    on_run_finished: Callable[[Run, RunError | None], Awaitable[None]] | None = None
+    max_finished: int = 10_000
+
+    channels: dict[str, RequestChannel] = field(default_factory=dict)
+    finished: OrderedDict = field(default_factory=OrderedDict)
+    """request_id -> outcome of finished local runs (a second RunSSE gets already_exists)."""
+    by_conversation: dict[str, Run] = field(default_factory=dict)
+    closing: bool = False
+
+    # ---- routing --------------------------------------------------------------------------------
+
+    def channel(self, request_id: str) -> RequestChannel:
+        ch = self.channels.get(request_id)
+        if ch is None:
+            ch = self.channels[request_id] = RequestChannel(
+                request_id, asyncio.get_running_loop().create_future()
+            )
+        return ch
+
+    def known_route(self, request_id: str) -> Route | None:
+        ch = self.channels.get(request_id)
+        if ch is None or not ch.route.done():
+            return Route.LOCAL if request_id in self.finished else None
+        return ch.route.result()
+
+    async def wait_route(self, request_id: str, timeout: float) -> Route:
+        if request_id in self.finished:
+            return Route.LOCAL
+        ch = self.channel(request_id)
+        try:
+            return await asyncio.wait_for(asyncio.shield(ch.route), timeout)
+        except asyncio.TimeoutError:
+            raise RouteTimeout(
+                f"timed out after {timeout:g} s waiting for the run_request of request {request_id}"
+            ) from None
+
+    def _decide(self, ch: RequestChannel, request: apb.AgentRunRequest) -> Route:
+        model_id = requested_model_id(request)
+        local = not self.observe and not self.closing and bool(model_id) and self.is_user_model(model_id)
+        route = Route.LOCAL if local else Route.UPSTREAM
+        if local:
+            ch.run = Run(
+                ch.request_id,
+                settings=self.settings,
+                frame_sink=self.frame_sink_for(ch.request_id),
+                on_finished=self._finished,
+            )
+        ch.route.set_result(route)
+        log.info("[%s] model %r -> %s", ch.request_id, model_id, route.value)
+        return route
+
+    # ---- appends ---------------------------------------------------------------------------------
+
+    def on_append(self, request_id: str, seqno: int, message: apb.AgentClientMessage, raw: bytes) -> Route | None:
+        """Take one decoded append. Returns the route if known (the caller passes UPSTREAM appends
+        on untouched, or waits when None)."""
+        ch = self.channel(request_id)
+        if not ch.route.done():
+            if message.WhichOneof("message") != "run_request":
+                return None
+            self._decide(ch, message.run_request)
+        route = ch.route.result()
+        if route is Route.UPSTREAM or ch.run is None:
+            return route
+        run = ch.run
+        run.record_up(message, raw)
+        if message.WhichOneof("message") == "client_heartbeat" and run.stream_attached and not run.terminal:
+            run.emit(updates.heartbeat())  # answered at once, whatever the seqno gaps
+        try:
+            ready = ch.inbox.push(seqno, message)
+        except ProtocolError as e:
+            run.fail(e)
+            return route
+        for msg in ready:
+            if msg.WhichOneof("message") == "run_request" and not ch.started:
+                ch.started = True
+                run.start(self.make_turn(msg.run_request))
+            else:
+                run.deliver(msg)
+        return route
+
+    # ---- runs -------------------------------------------------------------------------------------
+
+    def run(self, request_id: str) -> Run | None:
+        ch = self.channels.get(request_id)
+        return None if ch is None else ch.run
+
+    def claim_conversation(self, run: Run, conversation_id: str) -> None:
+        """A newer run owns the conversation: the older one ends canceled (late events are fenced
+        off in the store)."""
+        run.conversation_id = conversation_id
+        previous = self.by_conversation.get(conversation_id)
+        self.by_conversation[conversation_id] = run
+        if previous is not None and previous is not run and not previous.terminal:
+            previous.cancel(RunCanceled(f"a newer run ({run.request_id}) started in this conversation"))
+
+    async def _finished(self, run: Run, error: RunError | None) -> None:
+        self.finished[run.request_id] = run.outcome
+        while len(self.finished) > self.max_finished:
+            self.finished.popitem(last=False)
+        if run.conversation_id and self.by_conversation.get(run.conversation_id) is run:
+            del self.by_conversation[run.conversation_id]
+        self.channels.pop(run.request_id, None)
+        if self.on_run_finished is not None:
+            await self.on_run_finished(run, error)
+
+    def live_runs(self) -> list[Run]:
+        return [ch.run for ch in self.channels.values() if ch.run is not None and not ch.run.terminal]
+
+    async def shutdown(self, timeout: float = 8.0) -> None:
+        """Abort running execs and end every open run with `unavailable`, within `timeout`."""
+        self.closing = True
+        runs = self.live_runs()
+        for run in runs:
+            run.fail(ShuttingDown())
+        waits = [asyncio.ensure_future(r.wait()) for r in runs if r._task is not None]
+        for run in runs:
+            if run._task is None:  # never started: no task will take the terminal door
+                await run.finish(ShuttingDown())
+        if waits:
+            await asyncio.wait(waits, timeout=timeout)
+        for ch in list(self.channels.values()):
+            if not ch.route.done():
+                ch.route.cancel()

@@ -1,0 +1,104 @@
+"""Every cursor-byok option: `--set name=value`, shown with its help in mitmweb's options editor."""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from mitmproxy import ctx, exceptions
+
+DEFAULT_HOME = Path("~/.cursor-byok")
+MODES = ("intercept", "observe")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A typed snapshot of the options, for modules that must not import mitmproxy."""
+
+    config: Path
+    db: Path
+    mode: str
+    record: bool
+    verbose_llm: bool
+    hosts: tuple[str, ...]
+    route_wait_s: float
+    ack_timeout_s: float
+    heartbeat_s: float
+    deterministic: bool
+
+    def is_cursor_host(self, host: str) -> bool:
+        return any(fnmatch.fnmatchcase(host.lower(), pattern) for pattern in self.hosts)
+
+
+class Options:
+    """Declares and validates the options (one small addon, no traffic hooks)."""
+
+    def load(self, loader) -> None:
+        loader.add_option(
+            "byok_config", str, str(DEFAULT_HOME / "providers.toml"),
+            "cursor-byok providers file (TOML): your providers, API keys (or the env vars holding them) and "
+            "models. Missing file = no user models, all traffic passes upstream. Reloaded when it changes.",
+        )
+        loader.add_option(
+            "byok_db", str, str(DEFAULT_HOME / "byok.db"),
+            "cursor-byok SQLite database (conversations, blobs, runs, provider calls, frames). "
+            "Created and migrated at start.",
+        )
+        loader.add_option(
+            "byok_mode", str, "intercept",
+            "intercept: answer Agent runs on your models locally, pass everything else upstream. "
+            "observe: answer nothing, record and decode the real Cursor <-> backend traffic.",
+            choices=MODES,
+        )
+        loader.add_option(
+            "byok_record", bool, True, "Record every Connect frame of the agent RPCs in the database."
+        )
+        loader.add_option(
+            "byok_verbose_llm", bool, False,
+            "Also store provider request bodies (keys redacted) and raw SSE bytes for each provider call.",
+        )
+        loader.add_option(
+            "byok_hosts", Sequence[str], ["*.cursor.sh"],
+            "Host patterns (fnmatch) of Cursor's backend whose Agent RPCs cursor-byok may answer.",
+        )
+        loader.add_option(
+            "byok_route_wait_s", float, 30.0,
+            "Seconds a RunSSE or an early BidiAppend waits for its request's run_request before failing.",
+        )
+        loader.add_option(
+            "byok_ack_timeout_s", float, 30.0,
+            "Seconds to wait for the client to acknowledge a blob SET before the run fails.",
+        )
+        loader.add_option(
+            "byok_heartbeat_s", float, 5.0,
+            "Send a heartbeat on an idle RunSSE stream after this many seconds (waiting on a provider or tool).",
+        )
+        loader.add_option(
+            "byok_deterministic", bool, False,
+            "Fixed clock and counting ids, so scenario captures regenerate byte for byte (tests only).",
+        )
+
+    def configure(self, updated: set[str]) -> None:
+        for name in ("byok_route_wait_s", "byok_ack_timeout_s", "byok_heartbeat_s"):
+            if name in updated and getattr(ctx.options, name) <= 0:
+                raise exceptions.OptionsError(f"{name} must be a positive number of seconds")
+        if "byok_hosts" in updated and not ctx.options.byok_hosts:
+            raise exceptions.OptionsError("byok_hosts must name at least one host pattern")
+
+
+def current() -> Settings:
+    o = ctx.options
+    return Settings(
+        config=Path(o.byok_config).expanduser(),
+        db=Path(o.byok_db).expanduser(),
+        mode=o.byok_mode,
+        record=o.byok_record,
+        verbose_llm=o.byok_verbose_llm,
+        hosts=tuple(o.byok_hosts),
+        route_wait_s=o.byok_route_wait_s,
+        ack_timeout_s=o.byok_ack_timeout_s,
+        heartbeat_s=o.byok_heartbeat_s,
+        deterministic=o.byok_deterministic,
+    )

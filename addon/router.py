@@ -1,0 +1,47 @@
+"""Which flows are ours: the agent RPCs and model lists on Cursor's backend hosts.
+
+Classification is pure (host + method + path); the per-request route (local or upstream) lives in
+the agent runtime and is decided by the request's first run_request.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from mitmproxy import http
+
+from .options import Settings
+
+RUN_SSE_PATH = "/agent.v1.AgentService/RunSSE"
+BIDI_APPEND_PATH = "/aiserver.v1.BidiService/BidiAppend"
+RUN_PROBE_PATH = "/agent/v1/run"
+MODEL_LIST_PATHS = frozenset(
+    f"/{service}/{method}"
+    for service in ("aiserver.v1.AiService", "agent.v1.AgentService")
+    for method in ("AvailableModels", "GetUsableModels")
+)
+
+
+class Rpc(enum.Enum):
+    RUN_SSE = "run_sse"
+    BIDI_APPEND = "bidi_append"
+    RUN_PROBE = "run_probe"
+    MODEL_LIST = "model_list"
+
+
+def classify(flow: http.HTTPFlow, settings: Settings) -> Rpc | None:
+    request = flow.request
+    if not settings.is_cursor_host(request.pretty_host):
+        return None
+    path = request.path.split("?", 1)[0]
+    if path.rstrip("/") == RUN_PROBE_PATH:
+        return Rpc.RUN_PROBE
+    if request.method != "POST":
+        return None
+    if path == RUN_SSE_PATH:
+        return Rpc.RUN_SSE
+    if path == BIDI_APPEND_PATH:
+        return Rpc.BIDI_APPEND
+    if path in MODEL_LIST_PATHS:
+        return Rpc.MODEL_LIST
+    return None

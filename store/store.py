@@ -1,0 +1,494 @@
+"""The store: SQLite as the single source of truth for conversations.
+
+One write path: every method runs on the caller's thread against one connection; the agent uses
+`AsyncStore`, which runs them one at a time on a dedicated worker thread so the event loop never
+waits on disk. Messages and blobs are never updated in place; revisions form a parent chain;
+a run can only extend the head of a conversation it still owns (the revision fence).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlite_utils import Database
+
+from . import db as dbmod
+
+
+class StoreError(Exception):
+    """Base of the store's own failures."""
+
+
+class BlobHashMismatch(StoreError):
+    def __init__(self, expected: bytes, actual: bytes) -> None:
+        super().__init__(f"Blob hash mismatch: expected {expected.hex()}, data hashes to {actual.hex()}")
+        self.expected = expected
+        self.actual = actual
+
+
+class RuntimeEventConflict(StoreError):
+    """The same runtime event id was appended before with different content."""
+
+
+class StaleRun(StoreError):
+    """A run tried to change a conversation that a newer run owns now."""
+
+
+class RunExists(StoreError):
+    """A run with this request id was already claimed."""
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def blob_id(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
+
+
+def canonical_json(obj: object) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
+@dataclass(frozen=True)
+class NewMessage:
+    role: str
+    origin: str
+    payload: dict
+    runtime_event_id: str | None = None
+    request_id: str | None = None
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    id: int
+    role: str
+    origin: str
+    payload: dict
+    runtime_event_id: str | None
+    request_id: str | None
+    revision_id: int
+
+
+@dataclass(frozen=True)
+class BlobRef:
+    field: str
+    ordinal: int
+    child: bytes
+
+
+@dataclass
+class GcStats:
+    marked: int = 0
+    swept: int = 0
+    swept_bytes: int = 0
+    kept_young: int = 0
+
+
+@dataclass
+class Store:
+    db: Database
+    clock_ms: object = field(default=now_ms, repr=False)
+
+    @classmethod
+    def open(cls, path: str | Path, **kwargs) -> "Store":
+        return cls(dbmod.connect(path, **kwargs))
+
+    def close(self) -> None:
+        self.db.conn.close()
+
+    def _now(self) -> int:
+        return self.clock_ms()  # type: ignore[operator]
+
+    # ---- blobs ----------------------------------------------------------------------------
+
+    def put_blob(self, expected_id: bytes, data: bytes, refs: Iterable[BlobRef] = ()) -> bool:
+        """Verify SHA-256 and store; True if it was new. Re-putting the same blob is a no-op."""
+        return self.put_blobs([(expected_id, data, tuple(refs))]) == 1
+
+    def put_blobs(self, blobs: Sequence[tuple[bytes, bytes, Sequence[BlobRef]]]) -> int:
+        """Store many blobs in one transaction (hashes are checked first). Returns how many were new."""
+        for expected, data, _ in blobs:
+            actual = blob_id(data)
+            if actual != expected:
+                raise BlobHashMismatch(expected, actual)
+        created = 0
+        ts = self._now()
+        with self.db.atomic():
+            for bid, data, refs in blobs:
+                cur = self.db.execute(
+                    "INSERT OR IGNORE INTO blobs(id, data, size, created_at_ms) VALUES (?, ?, ?, ?)",
+                    [bid, data, len(data), ts],
+                )
+                if cur.rowcount:
+                    created += 1
+                    for ref in refs:
+                        self.db.execute(
+                            "INSERT OR IGNORE INTO blob_refs(parent, field, ordinal, child) VALUES (?, ?, ?, ?)",
+                            [bid, ref.field, ref.ordinal, ref.child],
+                        )
+        return created
+
+    def get_blob(self, bid: bytes) -> bytes | None:
+        row = self.db.execute("SELECT data FROM blobs WHERE id = ?", [bid]).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def get_blobs(self, ids: Iterable[bytes]) -> dict[bytes, bytes]:
+        out = {}
+        for bid in ids:
+            data = self.get_blob(bid)
+            if data is not None:
+                out[bid] = data
+        return out
+
+    def gc(self, *, retention_ms: int, extra_roots: Iterable[bytes] = ()) -> GcStats:
+        """Mark-and-sweep: delete blobs unreachable from published states, stored messages and
+        `extra_roots` (active runs, pending KV operations), if older than the retention period."""
+        stats = GcStats()
+        cutoff = self._now() - retention_ms
+        with self.db.atomic():
+            self.db.execute("CREATE TEMP TABLE IF NOT EXISTS gc_mark(id BLOB PRIMARY KEY)")
+            self.db.execute("DELETE FROM gc_mark")
+            roots: set[bytes] = set(extra_roots)
+            for (ids_json,) in self.db.execute("SELECT blob_ids FROM published_states").fetchall():
+                roots.update(bytes.fromhex(h) for h in json.loads(ids_json))
+            for (payload,) in self.db.execute("SELECT payload FROM messages").fetchall():
+                roots.update(bytes.fromhex(h) for h in json.loads(payload).get("blob_refs", []))
+            self.db.conn.executemany("INSERT OR IGNORE INTO gc_mark(id) VALUES (?)", [(r,) for r in roots])
+            self.db.execute(
+                """
+                WITH RECURSIVE reach(id) AS (
+                    SELECT id FROM gc_mark
+                    UNION SELECT r.child FROM blob_refs r JOIN reach ON r.parent = reach.id
+                )
+                INSERT OR IGNORE INTO gc_mark(id) SELECT id FROM reach
+                """
+            )
+            stats.marked = self.db.execute("SELECT count(*) FROM gc_mark").fetchone()[0]
+            stats.kept_young = self.db.execute(
+                "SELECT count(*) FROM blobs WHERE id NOT IN (SELECT id FROM gc_mark) AND created_at_ms >= ?",
+                [cutoff],
+            ).fetchone()[0]
+            row = self.db.execute(
+                "SELECT count(*), coalesce(sum(size), 0) FROM blobs"
+                " WHERE id NOT IN (SELECT id FROM gc_mark) AND created_at_ms < ?",
+                [cutoff],
+            ).fetchone()
+            stats.swept, stats.swept_bytes = row
+            self.db.execute(
+                "DELETE FROM blob_refs WHERE parent IN"
+                " (SELECT id FROM blobs WHERE id NOT IN (SELECT id FROM gc_mark) AND created_at_ms < ?)",
+                [cutoff],
+            )
+            self.db.execute(
+                "DELETE FROM blobs WHERE id NOT IN (SELECT id FROM gc_mark) AND created_at_ms < ?", [cutoff]
+            )
+        return stats
+
+    # ---- conversations, runs ----------------------------------------------------------------
+
+    def _ensure_conversation(self, cid: str) -> None:
+        ts = self._now()
+        self.db.execute(
+            "INSERT OR IGNORE INTO conversations(id, created_at_ms, updated_at_ms) VALUES (?, ?, ?)",
+            [cid, ts, ts],
+        )
+
+    def conversation(self, cid: str) -> dict | None:
+        rows = list(self.db.query("SELECT * FROM conversations WHERE id = ?", [cid]))
+        return rows[0] if rows else None
+
+    def claim_run(
+        self,
+        request_id: str,
+        conversation_id: str,
+        *,
+        wire_run_id: str | None = None,
+        model_public_id: str | None = None,
+        mode: str | None = None,
+        action: str | None = None,
+    ) -> str | None:
+        """Make this run the conversation's owner. Returns the request id it displaced (now
+        canceled), if any. A request id can be claimed once."""
+        ts = self._now()
+        with self.db.atomic():
+            self._ensure_conversation(conversation_id)
+            if self.db.execute("SELECT 1 FROM runs WHERE request_id = ?", [request_id]).fetchone():
+                raise RunExists(f"run {request_id} already exists")
+            previous = self.db.execute(
+                "SELECT active_request_id FROM conversations WHERE id = ?", [conversation_id]
+            ).fetchone()[0]
+            self.db.execute(
+                "INSERT INTO runs(request_id, conversation_id, wire_run_id, model_public_id, mode, action,"
+                " status, started_at_ms) VALUES (?, ?, ?, ?, ?, ?, 'running', ?)",
+                [request_id, conversation_id, wire_run_id, model_public_id, mode, action, ts],
+            )
+            self.db.execute(
+                "UPDATE conversations SET active_request_id = ?, updated_at_ms = ? WHERE id = ?",
+                [request_id, ts, conversation_id],
+            )
+            if previous and previous != request_id:
+                self.db.execute(
+                    "UPDATE runs SET status = 'canceled', finished_at_ms = ?, error_code = 'canceled',"
+                    " error_message = ? WHERE request_id = ? AND status = 'running'",
+                    [ts, f"replaced by run {request_id}", previous],
+                )
+                self.db.execute(
+                    "UPDATE llm_calls SET status = 'canceled' WHERE request_id = ? AND status = 'running'",
+                    [previous],
+                )
+        return previous if previous != request_id else None
+
+    def set_run_base(self, request_id: str, revision_id: int | None) -> None:
+        self.db.execute("UPDATE runs SET base_revision_id = ? WHERE request_id = ?", [revision_id, request_id])
+
+    def finish_run(
+        self, request_id: str, status: str, *, error_code: str | None = None,
+        error_message: str | None = None, usage: dict | None = None,
+    ) -> bool:
+        """Record the terminal state once; a run already finished (e.g. canceled) stays as it is."""
+        cur = self.db.execute(
+            "UPDATE runs SET status = ?, error_code = ?, error_message = ?, usage = ?, finished_at_ms = ?"
+            " WHERE request_id = ? AND status = 'running'",
+            [status, error_code, error_message, None if usage is None else canonical_json(usage),
+             self._now(), request_id],
+        )
+        self.db.execute(
+            "UPDATE llm_calls SET status = ? WHERE request_id = ? AND status = 'running'",
+            ["canceled" if status == "canceled" else "abandoned", request_id],
+        )
+        if status in ("completed", "failed", "canceled"):
+            self.db.execute(
+                "UPDATE conversations SET active_request_id = NULL WHERE active_request_id = ?", [request_id]
+            )
+        return cur.rowcount == 1
+
+    def run(self, request_id: str) -> dict | None:
+        rows = list(self.db.query("SELECT * FROM runs WHERE request_id = ?", [request_id]))
+        return rows[0] if rows else None
+
+    def _fence(self, conversation_id: str, request_id: str | None) -> None:
+        if request_id is None:
+            return
+        row = self.db.execute(
+            "SELECT active_request_id FROM conversations WHERE id = ?", [conversation_id]
+        ).fetchone()
+        if row is None or row[0] != request_id:
+            raise StaleRun(f"run {request_id} no longer owns conversation {conversation_id}")
+
+    # ---- history ------------------------------------------------------------------------------
+
+    def append(
+        self,
+        conversation_id: str,
+        base_revision_id: int | None,
+        messages: Sequence[NewMessage],
+        *,
+        fence_request_id: str | None = None,
+        move_head: bool = True,
+    ) -> int | None:
+        """Append messages after `base_revision_id` (None = empty history) in one transaction and
+        return the new revision. A runtime event already stored with the same payload is replayed
+        (not appended twice); with a different payload it is an error."""
+        ts = self._now()
+        with self.db.atomic():
+            self._ensure_conversation(conversation_id)
+            self._fence(conversation_id, fence_request_id)
+            revision = base_revision_id
+            length = 0 if revision is None else self._length(revision)
+            for msg in messages:
+                payload = canonical_json(msg.payload)
+                message_id = None
+                if msg.runtime_event_id is not None:
+                    row = self.db.execute(
+                        "SELECT id, payload FROM messages WHERE conversation_id = ? AND runtime_event_id = ?",
+                        [conversation_id, msg.runtime_event_id],
+                    ).fetchone()
+                    if row is not None:
+                        if row[1] != payload:
+                            raise RuntimeEventConflict(
+                                f"runtime event {msg.runtime_event_id} was stored with different content"
+                            )
+                        message_id = row[0]
+                if message_id is None:
+                    message_id = self.db.execute(
+                        "INSERT INTO messages(conversation_id, role, origin, payload, runtime_event_id,"
+                        " request_id, created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        [conversation_id, msg.role, msg.origin, payload, msg.runtime_event_id,
+                         msg.request_id, ts],
+                    ).lastrowid
+                length += 1
+                row = self.db.execute(
+                    "SELECT id FROM revisions WHERE conversation_id = ? AND ifnull(parent_id, 0) = ?"
+                    " AND message_id = ?",
+                    [conversation_id, revision or 0, message_id],
+                ).fetchone()
+                if row is not None:
+                    revision = row[0]
+                else:
+                    revision = self.db.execute(
+                        "INSERT INTO revisions(conversation_id, parent_id, message_id, length, created_at_ms)"
+                        " VALUES (?, ?, ?, ?, ?)",
+                        [conversation_id, revision, message_id, length, ts],
+                    ).lastrowid
+            if move_head:
+                self.db.execute(
+                    "UPDATE conversations SET head_revision_id = ?, updated_at_ms = ? WHERE id = ?",
+                    [revision, ts, conversation_id],
+                )
+        return revision
+
+    def _length(self, revision_id: int) -> int:
+        row = self.db.execute("SELECT length FROM revisions WHERE id = ?", [revision_id]).fetchone()
+        if row is None:
+            raise StoreError(f"unknown revision {revision_id}")
+        return row[0]
+
+    def runtime_event(self, conversation_id: str, event_id: str) -> StoredMessage | None:
+        rows = self.db.execute(
+            "SELECT id, role, origin, payload, runtime_event_id, request_id FROM messages"
+            " WHERE conversation_id = ? AND runtime_event_id = ?",
+            [conversation_id, event_id],
+        ).fetchall()
+        if not rows:
+            return None
+        r = rows[0]
+        return StoredMessage(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], 0)
+
+    def messages(self, revision_id: int | None) -> list[StoredMessage]:
+        """The ordered message list of a revision (empty for None)."""
+        if revision_id is None:
+            return []
+        rows = self.db.execute(
+            """
+            WITH RECURSIVE chain(id, parent_id, message_id, length) AS (
+                SELECT id, parent_id, message_id, length FROM revisions WHERE id = ?
+                UNION ALL
+                SELECT r.id, r.parent_id, r.message_id, r.length
+                FROM revisions r JOIN chain c ON r.id = c.parent_id
+            )
+            SELECT m.id, m.role, m.origin, m.payload, m.runtime_event_id, m.request_id, chain.id
+            FROM chain JOIN messages m ON m.id = chain.message_id
+            ORDER BY chain.length
+            """,
+            [revision_id],
+        ).fetchall()
+        if not rows:
+            raise StoreError(f"unknown revision {revision_id}")
+        return [StoredMessage(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6]) for r in rows]
+
+    def revision_conversation(self, revision_id: int) -> str | None:
+        row = self.db.execute("SELECT conversation_id FROM revisions WHERE id = ?", [revision_id]).fetchone()
+        return None if row is None else row[0]
+
+    # ---- published checkpoints and anchors ---------------------------------------------------------
+
+    def record_published(
+        self, conversation_id: str, roots_digest: str, revision_id: int | None, blob_ids: Iterable[bytes]
+    ) -> None:
+        ts = self._now()
+        with self.db.atomic():
+            self._ensure_conversation(conversation_id)
+            self.db.execute(
+                "INSERT OR IGNORE INTO published_states(conversation_id, roots_digest, revision_id, blob_ids,"
+                " created_at_ms) VALUES (?, ?, ?, ?, ?)",
+                [conversation_id, roots_digest, revision_id, json.dumps(sorted(b.hex() for b in blob_ids)), ts],
+            )
+
+    def find_published(self, conversation_id: str, roots_digest: str) -> tuple[bool, int | None]:
+        """(known, revision_id) for a checkpoint we published with these roots."""
+        row = self.db.execute(
+            "SELECT revision_id FROM published_states WHERE conversation_id = ? AND roots_digest = ?",
+            [conversation_id, roots_digest],
+        ).fetchone()
+        return (False, None) if row is None else (True, row[0])
+
+    def anchor_input(self, conversation_id: str, input_id: str, revision_id: int | None) -> tuple[bool, int | None]:
+        """Persist `input_id -> revision before it` the first time; return (existed, anchored revision)."""
+        with self.db.atomic():
+            self._ensure_conversation(conversation_id)
+            row = self.db.execute(
+                "SELECT revision_id FROM input_anchors WHERE conversation_id = ? AND input_id = ?",
+                [conversation_id, input_id],
+            ).fetchone()
+            if row is not None:
+                return True, row[0]
+            self.db.execute(
+                "INSERT INTO input_anchors(conversation_id, input_id, revision_id, created_at_ms) VALUES (?, ?, ?, ?)",
+                [conversation_id, input_id, revision_id, self._now()],
+            )
+        return False, revision_id
+
+    # ---- tool rounds ----------------------------------------------------------------------------
+
+    def stage_round(
+        self, round_id: str, conversation_id: str, request_id: str, base_revision_id: int | None,
+        assistant: dict, calls: Sequence[tuple[int, str, str]], *, created_at_ms: int | None = None,
+    ) -> None:
+        with self.db.atomic():
+            self._fence(conversation_id, request_id)
+            self.db.execute(
+                "INSERT INTO tool_rounds(id, conversation_id, request_id, base_revision_id, assistant, status,"
+                " created_at_ms) VALUES (?, ?, ?, ?, ?, 'staged', ?)",
+                [round_id, conversation_id, request_id, base_revision_id, canonical_json(assistant),
+                 created_at_ms if created_at_ms is not None else self._now()],
+            )
+            for index, call_id, name in calls:
+                self.db.execute(
+                    "INSERT INTO tool_round_calls(round_id, call_index, call_id, name) VALUES (?, ?, ?, ?)",
+                    [round_id, index, call_id, name],
+                )
+
+    def complete_call(
+        self, round_id: str, call_index: int, conversation_id: str, base_revision_id: int | None,
+        messages: Sequence[NewMessage], *, fence_request_id: str, is_error: bool,
+    ) -> tuple[int, int | None]:
+        """Atomically append one result's (assistant(call), tool(result)) pair and mark the call
+        complete. Returns (completion_seq, new revision)."""
+        with self.db.atomic():
+            seq = self.db.execute(
+                "SELECT count(*) FROM tool_round_calls WHERE round_id = ? AND completion_seq IS NOT NULL",
+                [round_id],
+            ).fetchone()[0]
+            cur = self.db.execute(
+                "UPDATE tool_round_calls SET completion_seq = ?, is_error = ?, completed_at_ms = ?"
+                " WHERE round_id = ? AND call_index = ? AND completion_seq IS NULL",
+                [seq, int(is_error), self._now(), round_id, call_index],
+            )
+            if cur.rowcount != 1:
+                raise StoreError(f"call {call_index} of round {round_id} is unknown or already complete")
+            revision = self.append(
+                conversation_id, base_revision_id, messages, fence_request_id=fence_request_id
+            )
+        return seq, revision
+
+    def settle_round(self, round_id: str, status: str = "settled") -> None:
+        self.db.execute(
+            "UPDATE tool_rounds SET status = ?, settled_at_ms = ? WHERE id = ? AND status = 'staged'",
+            [status, self._now(), round_id],
+        )
+
+    # ---- llm calls, frames ------------------------------------------------------------------------
+
+    def begin_llm_call(self, row: dict) -> int:
+        """Persist the call (and the run's provider_call_index) before the HTTP request goes out."""
+        with self.db.atomic():
+            call_id = self.db.table("llm_calls").insert({**row, "status": "running"}).last_pk
+            self.db.execute(
+                "UPDATE runs SET provider_call_index = ? WHERE request_id = ?",
+                [row["call_index"], row["request_id"]],
+            )
+        return int(call_id)
+
+    def finish_llm_call(self, call_id: int, updates: dict) -> None:
+        self.db.table("llm_calls").update(call_id, updates)
+
+    def record_frames(self, rows: Sequence[dict]) -> None:
+        if rows:
+            with self.db.atomic():
+                self.db.table("frames").insert_all(rows)
