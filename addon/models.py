@@ -1,0 +1,379 @@
+"""Model picker injection: the user's models appended to Cursor's model-list responses.
+
+Owns the four model-list RPC paths (and nothing else knows them):
+
+    /aiserver.v1.AiService/AvailableModels   /agent.v1.AgentService/AvailableModels
+    /aiserver.v1.AiService/GetUsableModels   /agent.v1.AgentService/GetUsableModels
+
+The upstream answer is kept byte for byte; the user's models are appended as encoded repeated
+fields (protobuf merges repeated fields across concatenated bytes, so unknown fields from newer
+servers survive untouched, DESIGN §3). A unary body (`application/proto`) has no envelope; an
+enveloped one (`application/connect+proto`) gets its first data message extended and its length
+fixed. HTTP content-encoding is undone and redone by mitmproxy (`Message.content`); the Connect
+envelope flag 0x01 (gzip) is undone and redone here.
+
+If the upstream cannot be reached, the call is answered locally with the user's models alone.
+mitmproxy cannot answer a flow from its `error` hook (verified with mitmdump 11.0.2: the client
+still gets mitmproxy's 502 page), so the `request` hook probes the upstream with a TCP connect
+(cached for a short while) before mitmproxy tries, and a failed server connection
+(`server_connect_error`) marks the address down for the next call. A 502/503/504 gateway page
+(not a Connect answer) from a CDN or corporate proxy is replaced the same way.
+
+Pure functions first (`append_available_models`, `append_usable_models`, `inject_body`), then the
+`ModelListInjector` addon.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import gzip
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Literal
+
+from mitmproxy import ctx, http
+from mitmproxy.proxy.server_hooks import ServerConnectionHookData
+
+from byok.agent.config import ModelRoute, ProvidersFile
+from byok.agent.connect import (
+    FLAG_COMPRESSED, FLAG_END_STREAM, HEADER, encode_end_stream, encode_envelope, parse_end_stream,
+    split_envelopes,
+)
+from byok.proto import agent_pb2, aiserver_pb2
+
+logger = logging.getLogger("byok.models")
+
+BYOK_MARK = "(BYOK)"
+DEFAULT_HOSTS = frozenset({"api2.cursor.sh"})
+METADATA_KEY = "byok_model_list"
+"""flow.metadata key set on model-list flows; addons that stream responses must skip these flows."""
+
+
+class ModelList(enum.Enum):
+    """Which response message a model-list path returns."""
+
+    AVAILABLE = "AvailableModels"
+    """aiserver.v1.AvailableModelsResponse (also assumed for the agent.v1 path: not in the facts)."""
+    USABLE_AISERVER = "GetUsableModels(aiserver.v1)"
+    """aiserver.v1.GetUsableModelsResponse{models: aiserver.v1.ModelDetails}"""
+    USABLE_AGENT = "GetUsableModels(agent.v1)"
+    """agent.v1.GetUsableModelsResponse{models: agent.v1.ModelDetails}"""
+
+
+MODEL_LIST_PATHS: dict[str, ModelList] = {
+    "/aiserver.v1.AiService/AvailableModels": ModelList.AVAILABLE,
+    "/agent.v1.AgentService/AvailableModels": ModelList.AVAILABLE,
+    "/aiserver.v1.AiService/GetUsableModels": ModelList.USABLE_AISERVER,
+    "/agent.v1.AgentService/GetUsableModels": ModelList.USABLE_AGENT,
+}
+
+
+def model_list_kind(path: str) -> ModelList | None:
+    """The model list a request path asks for (query string ignored: Connect GET), or None."""
+    return MODEL_LIST_PATHS.get(path.split("?", 1)[0])
+
+
+# ---- building entries ---------------------------------------------------------------------------
+
+
+def picker_name(route: ModelRoute) -> str:
+    """The display name, marked as the user's own unless it already says so."""
+    name = route.display_name
+    return name if "byok" in name.lower() else f"{name} {BYOK_MARK}"
+
+
+def available_model(route: ModelRoute) -> aiserver_pb2.AvailableModelsResponse.AvailableModel:
+    """One picker entry. Cursor sends `name` back as `requested_model.model_id`."""
+    model = aiserver_pb2.AvailableModelsResponse.AvailableModel(
+        name=route.public_id,
+        default_on=True,  # shown without a trip to Settings > Models
+        supports_agent=True,
+        supports_plan_mode=True,
+        supports_thinking=route.supports_thinking,
+        supports_images=route.supports_images,
+        supports_max_mode=False,  # no separate max variant: one request shape per model
+        supports_non_max_mode=True,
+        supports_cmd_k=False,  # Cmd-K is not an agent run: it would reach Cursor with an unknown id
+        client_display_name=picker_name(route),
+        server_model_name=route.public_id,
+        inputbox_short_model_name=route.display_name,
+        is_chat_only=False,
+        tooltip_data=aiserver_pb2.AvailableModelsResponse.TooltipData(
+            primary_text=picker_name(route),
+            secondary_text=f"cursor-byok: {route.provider} / {route.model_id}",
+        ),
+    )
+    if route.context_tokens is not None:
+        model.context_token_limit = min(route.context_tokens, 2**31 - 1)  # int32 on the wire
+    return model
+
+
+def available_models_tail(routes: Iterable[ModelRoute]) -> bytes:
+    """Encoded `models` (2) and `model_names` (1) entries of an AvailableModelsResponse."""
+    routes = list(routes)
+    msg = aiserver_pb2.AvailableModelsResponse(
+        models=[available_model(r) for r in routes],
+        model_names=[r.public_id for r in routes],
+    )
+    return msg.SerializeToString(deterministic=True)
+
+
+def usable_models_tail(routes: Iterable[ModelRoute], *, service: Literal["aiserver", "agent"]) -> bytes:
+    """Encoded `models` (1) entries of a GetUsableModelsResponse of either service.
+
+    The two ModelDetails share only field 1 (aiserver `model_name`, agent `model_id`): the public
+    id. Credentials fields are never set; the key stays in the proxy.
+    """
+    if service == "aiserver":
+        return aiserver_pb2.GetUsableModelsResponse(
+            models=[aiserver_pb2.ModelDetails(model_name=r.public_id) for r in routes]
+        ).SerializeToString(deterministic=True)
+    entries = []
+    for r in routes:
+        entry = agent_pb2.ModelDetails(
+            model_id=r.public_id,
+            display_model_id=r.public_id,
+            display_name=picker_name(r),
+            display_name_short=r.display_name,
+        )
+        if r.supports_thinking:
+            entry.thinking_details.SetInParent()  # presence marks a thinking model; it has no fields
+        entries.append(entry)
+    return agent_pb2.GetUsableModelsResponse(models=entries).SerializeToString(deterministic=True)
+
+
+def append_available_models(upstream_payload: bytes, routes: Iterable[ModelRoute]) -> bytes:
+    """`upstream_payload` unchanged, then the user's models as AvailableModelsResponse fields."""
+    return upstream_payload + available_models_tail(routes)
+
+
+def append_usable_models(upstream_payload: bytes, routes: Iterable[ModelRoute], *,
+                         service: Literal["aiserver", "agent"] = "aiserver") -> bytes:
+    """`upstream_payload` unchanged, then the user's models as GetUsableModelsResponse fields."""
+    return upstream_payload + usable_models_tail(routes, service=service)
+
+
+def model_list_tail(kind: ModelList, routes: Sequence[ModelRoute]) -> bytes:
+    if kind is ModelList.AVAILABLE:
+        return available_models_tail(routes)
+    return usable_models_tail(routes, service="agent" if kind is ModelList.USABLE_AGENT else "aiserver")
+
+
+# ---- framing ------------------------------------------------------------------------------------
+
+
+def append_to_first_message(body: bytes, tail: bytes) -> bytes:
+    """Append `tail` to the first data message of a Connect envelope stream.
+
+    Model lists are unary, so a streamed call carries one data message and the end-stream; every
+    other envelope is copied as is. Without a data message, one is inserted before a successful
+    end-stream; an error end-stream is left alone (the upstream refused; not ours to hide).
+    Raises ValueError on a truncated body.
+    """
+    frames, rest = split_envelopes(body)
+    if rest:
+        raise ValueError(f"truncated Connect envelope ({len(rest)} bytes left over)")
+    out = bytearray()
+    done = False
+    for flags, payload in frames:
+        if not done and not flags & FLAG_END_STREAM:
+            if flags & FLAG_COMPRESSED:
+                payload = gzip.compress(gzip.decompress(payload) + tail, mtime=0)
+            else:
+                payload = payload + tail
+            done = True
+        elif not done and flags & FLAG_END_STREAM:
+            if parse_end_stream(payload) is not None:
+                return body
+            out += encode_envelope(tail)
+            done = True
+        out += HEADER.pack(flags, len(payload)) + payload
+    if not done:
+        out += encode_envelope(tail)
+    return bytes(out)
+
+
+def inject_body(kind: ModelList, body: bytes, routes: Sequence[ModelRoute], *, enveloped: bool) -> bytes:
+    """The upstream body (HTTP content-encoding already undone) with the user's models added."""
+    tail = model_list_tail(kind, routes)
+    return append_to_first_message(body, tail) if enveloped else body + tail
+
+
+def local_body(kind: ModelList, routes: Sequence[ModelRoute], *, enveloped: bool) -> bytes:
+    """A whole answer holding only the user's models (the upstream is unreachable)."""
+    payload = model_list_tail(kind, routes)
+    return encode_envelope(payload) + encode_end_stream() if enveloped else payload
+
+
+def _content_type(headers: http.Headers) -> str:
+    return headers.get("content-type", "").split(";", 1)[0].strip().lower()
+
+
+UNARY_TYPE = "application/proto"
+ENVELOPED_TYPE = "application/connect+proto"
+
+
+# ---- hosts and reachability ---------------------------------------------------------------------
+
+
+def byok_hosts() -> frozenset[str]:
+    """Cursor backend hosts: the router's `byok_hosts` option when it exists, else the default."""
+    try:
+        hosts = ctx.options.byok_hosts
+    except AttributeError:
+        return DEFAULT_HOSTS
+    if isinstance(hosts, str):
+        hosts = hosts.split(",")
+    return frozenset(h.strip().lower() for h in hosts if h.strip()) or DEFAULT_HOSTS
+
+
+def is_cursor_host(flow: http.HTTPFlow) -> bool:
+    hosts = byok_hosts()
+    return flow.request.host.lower() in hosts or flow.request.pretty_host.lower() in hosts
+
+
+def model_list_flow(flow: http.HTTPFlow) -> ModelList | None:
+    """The model list this flow carries, or None (wrong path, other host, or observe mode)."""
+    kind = model_list_kind(flow.request.path)
+    if kind is None or not is_cursor_host(flow):
+        return None
+    if getattr(ctx.options, "byok_mode", "intercept") == "observe":
+        return None  # observe never changes what Cursor sees
+    return kind
+
+
+class UpstreamProbe:
+    """Is host:port accepting TCP connections? Answers are cached; a failure is remembered briefly."""
+
+    def __init__(self, *, ok_ttl_s: float = 60.0, down_ttl_s: float = 15.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.ok_ttl_s = ok_ttl_s
+        self.down_ttl_s = down_ttl_s
+        self.clock = clock
+        self._known: dict[tuple[str, int], tuple[bool, float, str]] = {}
+
+    def mark_down(self, host: str, port: int, reason: str) -> None:
+        self._known[(host, port)] = (False, self.clock() + self.down_ttl_s, reason)
+
+    def cached(self, host: str, port: int) -> tuple[bool, str] | None:
+        known = self._known.get((host, port))
+        if known is None or known[1] <= self.clock():
+            return None
+        return known[0], known[2]
+
+    async def reachable(self, host: str, port: int, timeout_s: float) -> tuple[bool, str]:
+        cached = self.cached(host, port)
+        if cached is not None:
+            return cached
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+        except (OSError, asyncio.TimeoutError) as e:
+            reason = str(e) or type(e).__name__
+            self.mark_down(host, port, reason)
+            return False, reason
+        writer.close()
+        self._known[(host, port)] = (True, self.clock() + self.ok_ttl_s, "")
+        return True, ""
+
+
+# ---- the addon ----------------------------------------------------------------------------------
+
+
+class ModelListInjector:
+    """Adds the user's models to AvailableModels / GetUsableModels on the Cursor hosts."""
+
+    def __init__(self, providers: ProvidersFile | Callable[[], Sequence[ModelRoute]],
+                 probe: UpstreamProbe | None = None) -> None:
+        self._routes = (lambda: providers.models) if isinstance(providers, ProvidersFile) else providers
+        self.probe = probe or UpstreamProbe()
+
+    def load(self, loader) -> None:
+        loader.add_option(
+            "byok_upstream_probe_ms", int, 3000,
+            "Before forwarding a model-list call (AvailableModels, GetUsableModels) on a new "
+            "connection, check with a TCP connect of at most this many milliseconds that the Cursor "
+            "backend is reachable; if not, answer with your own models alone. 0 disables the check.",
+        )
+
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        self._tag(flow)
+
+    async def request(self, flow: http.HTTPFlow) -> None:
+        kind = self._tag(flow)
+        if kind is None or flow.response is not None:
+            return
+        routes = self._routes()
+        if not routes or not self._direct_and_unconnected(flow):
+            return
+        host, port = flow.request.host, flow.request.port
+        known = self.probe.cached(host, port)
+        if known is None and ctx.options.byok_upstream_probe_ms > 0:
+            known = await self.probe.reachable(host, port, ctx.options.byok_upstream_probe_ms / 1000)
+        if known is not None and not known[0]:
+            self._answer_locally(flow, kind, routes, f"{host}:{port} unreachable ({known[1]})")
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        # The body is rewritten in `response`, so it must be buffered, whatever other addons chose.
+        if flow.metadata.get(METADATA_KEY) and flow.response is not None and flow.response.stream:
+            flow.response.stream = False
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        kind = model_list_flow(flow)
+        if kind is None or flow.response is None or flow.metadata.get("byok_model_list_local"):
+            return
+        routes = self._routes()
+        if not routes:
+            return
+        resp = flow.response
+        ctype = _content_type(resp.headers)
+        if resp.status_code in (502, 503, 504) and not ctype.startswith("application/"):
+            # a gateway page (CDN, corporate proxy), not a Connect answer: upstream is unreachable
+            self._answer_locally(flow, kind, routes, f"upstream answered {resp.status_code} {ctype or '-'}")
+            return
+        if resp.status_code != 200 or ctype not in (UNARY_TYPE, ENVELOPED_TYPE):
+            return  # Connect errors and the JSON codec pass through unchanged
+        if resp.raw_content is None:
+            logger.warning("%s was streamed by another addon; user models not added", kind.value)
+            return
+        try:
+            body = resp.content or b""  # mitmproxy undoes content-encoding here ...
+            new = inject_body(kind, body, routes, enveloped=ctype == ENVELOPED_TYPE)
+        except (ValueError, OSError, EOFError) as e:  # undecodable upstream body: leave it alone
+            logger.warning("%s: cannot add user models (%s); upstream answer passed through", kind.value, e)
+            return
+        resp.content = new  # ... and redoes it with the upstream's encoding (and fixes content-length)
+        logger.debug("%s: added %d user model(s) to %d upstream bytes", kind.value, len(routes), len(body))
+
+    def server_connect_error(self, data: ServerConnectionHookData) -> None:
+        # mitmproxy cannot answer a flow whose connection failed (the client gets its 502 page);
+        # remember the failure so the next model-list call to this address is answered locally
+        if data.server.address is not None and data.server.address[0].lower() in byok_hosts():
+            host, port = data.server.address
+            self.probe.mark_down(host, port, data.server.error or "connection failed")
+
+    # ---- helpers ----
+
+    def _tag(self, flow: http.HTTPFlow) -> ModelList | None:
+        kind = model_list_flow(flow)
+        if kind is not None:
+            flow.metadata[METADATA_KEY] = kind.value
+        return kind
+
+    @staticmethod
+    def _direct_and_unconnected(flow: http.HTTPFlow) -> bool:
+        """Whether reachability is worth checking: no open connection and no upstream proxy."""
+        if flow.server_conn.connected or flow.server_conn.via is not None:
+            return False  # an open connection proves reachability; via a proxy we cannot tell
+        return not any(str(mode).startswith("upstream") for mode in ctx.options.mode)
+
+    def _answer_locally(self, flow: http.HTTPFlow, kind: ModelList, routes: Sequence[ModelRoute],
+                        why: str) -> None:
+        enveloped = _content_type(flow.request.headers) == ENVELOPED_TYPE
+        flow.response = http.Response.make(
+            200, local_body(kind, routes, enveloped=enveloped),
+            {"content-type": ENVELOPED_TYPE if enveloped else UNARY_TYPE},
+        )
+        flow.metadata["byok_model_list_local"] = True
+        logger.warning("%s: %s; answered with your %d model(s) only", kind.value, why, len(routes))

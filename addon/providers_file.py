@@ -1,0 +1,67 @@
+"""The providers file inside mitmproxy: the `byok_config` option and the reload watcher.
+
+Owns one `ProvidersFile` (byok.agent.config) that the router (lookup by public id) and the model
+list injector (the picker) share. Reloads happen on access (one `stat`) and, so edits are reported
+promptly, from a polling task started in `running`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from mitmproxy import ctx
+from mitmproxy.utils.asyncio_utils import create_task
+
+from byok.agent.config import ProvidersFile
+
+DEFAULT_CONFIG = "~/.cursor-byok/providers.toml"
+
+
+class ProvidersFileAddon:
+    """Points the shared `ProvidersFile` at `byok_config` and keeps it fresh."""
+
+    def __init__(self, providers: ProvidersFile | None = None) -> None:
+        self.providers = providers or ProvidersFile()
+        self._task: asyncio.Task | None = None
+
+    def load(self, loader) -> None:
+        loader.add_option(
+            "byok_config", str, DEFAULT_CONFIG,
+            "Providers TOML file with your models and how to reach them (docs/providers.md). "
+            "A missing file means no user models: all traffic passes upstream. Reloaded on change.",
+        )
+        loader.add_option(
+            "byok_config_poll_ms", int, 2000,
+            "How often to check the providers file for changes, in milliseconds (0: only when a "
+            "model list or a run needs the config).",
+        )
+
+    def configure(self, updated: set[str]) -> None:
+        if "byok_config" in updated:
+            self.providers.set_path(ctx.options.byok_config or None)
+        if "byok_config_poll_ms" in updated and self._task is not None:
+            self._restart()
+
+    async def running(self) -> None:
+        self._restart()
+
+    async def done(self) -> None:
+        await self._stop()
+
+    def _restart(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        interval_ms = ctx.options.byok_config_poll_ms
+        if interval_ms > 0:
+            # keep the reference: a bare task may be garbage-collected mid-flight
+            self._task = create_task(self.providers.watch(interval_ms / 1000),
+                                     name="byok providers file watcher")
+
+    async def _stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
