@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import fnmatch
 import gzip
 import logging
 import time
@@ -46,7 +47,8 @@ from byok.proto import agent_pb2, aiserver_pb2
 logger = logging.getLogger("byok.models")
 
 BYOK_MARK = "(BYOK)"
-DEFAULT_HOSTS = frozenset({"api2.cursor.sh"})
+DEFAULT_HOSTS = ("api2.cursor.sh",)
+"""Used only when no addon declares `byok_hosts` (options.Options does, with *.cursor.sh)."""
 METADATA_KEY = "byok_model_list"
 """flow.metadata key set on model-list flows; addons that stream responses must skip these flows."""
 
@@ -218,26 +220,25 @@ ENVELOPED_TYPE = "application/connect+proto"
 # ---- hosts and reachability ---------------------------------------------------------------------
 
 
-def byok_hosts() -> frozenset[str]:
-    """Cursor backend hosts: the router's `byok_hosts` option when it exists, else the default."""
+def byok_hosts() -> tuple[str, ...]:
+    """Cursor backend host patterns (fnmatch): the `byok_hosts` option when declared, else the default."""
     try:
         hosts = ctx.options.byok_hosts
     except AttributeError:
         return DEFAULT_HOSTS
     if isinstance(hosts, str):
         hosts = hosts.split(",")
-    return frozenset(h.strip().lower() for h in hosts if h.strip()) or DEFAULT_HOSTS
+    return tuple(h.strip().lower() for h in hosts if h.strip()) or DEFAULT_HOSTS
 
 
-def is_cursor_host(flow: http.HTTPFlow) -> bool:
-    hosts = byok_hosts()
-    return flow.request.host.lower() in hosts or flow.request.pretty_host.lower() in hosts
+def is_cursor_host(host: str) -> bool:
+    return any(fnmatch.fnmatchcase(host.lower(), pattern) for pattern in byok_hosts())
 
 
 def model_list_flow(flow: http.HTTPFlow) -> ModelList | None:
     """The model list this flow carries, or None (wrong path, other host, or observe mode)."""
     kind = model_list_kind(flow.request.path)
-    if kind is None or not is_cursor_host(flow):
+    if kind is None or not (is_cursor_host(flow.request.pretty_host) or is_cursor_host(flow.request.host)):
         return None
     if getattr(ctx.options, "byok_mode", "intercept") == "observe":
         return None  # observe never changes what Cursor sees
@@ -349,7 +350,7 @@ class ModelListInjector:
     def server_connect_error(self, data: ServerConnectionHookData) -> None:
         # mitmproxy cannot answer a flow whose connection failed (the client gets its 502 page);
         # remember the failure so the next model-list call to this address is answered locally
-        if data.server.address is not None and data.server.address[0].lower() in byok_hosts():
+        if data.server.address is not None and is_cursor_host(data.server.address[0]):
             host, port = data.server.address
             self.probe.mark_down(host, port, data.server.error or "connection failed")
 

@@ -1,4 +1,4 @@
-"""The providers file inside mitmproxy: the `byok_config` option and the reload watcher.
+"""The providers file inside mitmproxy: follows the `byok_config` option and reloads the file.
 
 Owns one `ProvidersFile` (byok.agent.config) that the router (lookup by public id) and the model
 list injector (the picker) share. Reloads happen on access (one `stat`) and, so edits are reported
@@ -15,11 +15,9 @@ from mitmproxy.utils.asyncio_utils import create_task
 
 from byok.agent.config import ProvidersFile
 
-DEFAULT_CONFIG = "~/.cursor-byok/providers.toml"
-
 
 class ProvidersFileAddon:
-    """Points the shared `ProvidersFile` at `byok_config` and keeps it fresh."""
+    """Points the shared `ProvidersFile` at `byok_config` (declared by options.Options) and keeps it fresh."""
 
     def __init__(self, providers: ProvidersFile | None = None) -> None:
         self.providers = providers or ProvidersFile()
@@ -27,23 +25,19 @@ class ProvidersFileAddon:
 
     def load(self, loader) -> None:
         loader.add_option(
-            "byok_config", str, DEFAULT_CONFIG,
-            "Providers TOML file with your models and how to reach them (docs/providers.md). "
-            "A missing file means no user models: all traffic passes upstream. Reloaded on change.",
-        )
-        loader.add_option(
             "byok_config_poll_ms", int, 2000,
             "How often to check the providers file for changes, in milliseconds (0: only when a "
             "model list or a run needs the config).",
         )
 
     def configure(self, updated: set[str]) -> None:
-        if "byok_config" in updated:
+        if "byok_config" in updated and hasattr(ctx.options, "byok_config"):
             self.providers.set_path(ctx.options.byok_config or None)
         if "byok_config_poll_ms" in updated and self._task is not None:
             self._restart()
 
     async def running(self) -> None:
+        self.configure({"byok_config"})  # no-op when configure already saw the option
         self._restart()
 
     async def done(self) -> None:

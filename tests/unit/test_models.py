@@ -15,6 +15,7 @@ from byok.agent.config import ModelRoute, ProvidersFile, load_providers
 from byok.agent.connect import decode_all, encode_end_stream, encode_envelope
 from byok.agent.errors import ConfigError
 from byok.proto import agent_pb2, aiserver_pb2
+from byok.options import Options
 from byok.providers_file import ProvidersFileAddon
 
 AM = aiserver_pb2.AvailableModelsResponse
@@ -467,7 +468,7 @@ def test_providers_file_addon_feeds_the_injector_and_reloads(tmp_path, monkeypat
         providers = ProvidersFile()
         cfg = ProvidersFileAddon(providers)
         inj = m.ModelListInjector(providers, probe=StubProbe(True))
-        with taddons.context(cfg, inj) as tctx:
+        with taddons.context(Options(), cfg, inj) as tctx:
             tctx.configure(cfg, byok_config=str(path), byok_config_poll_ms=10)
             await cfg.running()
             f = make_flow("/aiserver.v1.AiService/GetUsableModels", body=b"")
@@ -489,10 +490,25 @@ def test_providers_file_addon_feeds_the_injector_and_reloads(tmp_path, monkeypat
     assert first == 3 and len(config.models) == 2 and task is None
 
 
-def test_default_config_option_is_documented_path():
+def test_providers_file_follows_the_byok_config_option(tmp_path):
     async def go():
         cfg = ProvidersFileAddon()
-        with taddons.context(cfg) as tctx:
-            return tctx.options.byok_config
+        with taddons.context(Options(), cfg) as tctx:
+            cfg.configure({"byok_config"})  # what mitmproxy's script loader does after loading
+            default = cfg.providers.path
+            tctx.configure(cfg, byok_config=str(tmp_path / "x.toml"))
+            return default, cfg.providers.path
 
-    assert run(go()) == "~/.cursor-byok/providers.toml"
+    default, now = run(go())
+    assert default == Path("~/.cursor-byok/providers.toml").expanduser() and now == tmp_path / "x.toml"
+
+
+def test_cursor_hosts_are_fnmatch_patterns_from_the_options():
+    async def go():
+        inj = m.ModelListInjector(lambda: ())
+        with taddons.context(inj) as tctx:
+            before = m.is_cursor_host("api2.cursor.sh"), m.is_cursor_host("api3.cursor.sh")
+            tctx.master.addons.add(Options())
+            return before, m.is_cursor_host("API3.cursor.sh"), m.is_cursor_host("cursor.sh.evil.com")
+
+    assert run(go()) == ((True, False), True, False)
