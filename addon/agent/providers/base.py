@@ -11,8 +11,9 @@ after Done, no block open at Done, `length` and EOF-without-Done are failures (P
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import Literal, Protocol, Union
 
 from ..config import ModelRoute
 from ..errors import ProviderError
@@ -35,6 +36,10 @@ class HttpRequest:
     headers: dict[str, str]
     """Includes the auth header; never log or store these unredacted (see redact_headers)."""
     body: dict
+
+    def __repr__(self) -> str:
+        # The dataclass repr would print the key: show redacted headers instead.
+        return f"HttpRequest(url={self.url!r}, headers={redact_headers(self.headers)!r}, body=<{len(self.body)} keys>)"
 
 
 SECRET_HEADERS = ("authorization", "x-api-key", "api-key", "cookie")
@@ -132,6 +137,26 @@ class SseEvent:
 
     event: str
     data: str
+
+
+class StreamFold(Protocol):
+    """A dialect's pure stream fold: SSE events in, model events out (raises ProviderError)."""
+
+    def feed(self, event: SseEvent) -> list[ModelEvent]: ...
+
+    def finish(self) -> list[ModelEvent]:
+        """End of the byte stream: raises unless the dialect's terminal event was seen."""
+        ...
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """One provider dialect: its pure request builder and its stream fold factory."""
+
+    kind: str
+    build_request: Callable[[ModelRequest], HttpRequest]
+    new_fold: Callable[[str], StreamFold]
+    """Called with the provider's display name (used in error messages)."""
 
 
 class ProviderProtocolError(ProviderError):

@@ -1,0 +1,80 @@
+"""What the three request builders share: the API key, the URL, the JSON body's last touches.
+
+Pure functions; no IO except reading the key's environment variable via ModelRoute.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..config import ModelRoute, normalize_base_url
+from ..errors import ConfigError
+from ..transcript import ImagePart
+
+EMPTY_SCHEMA: dict = {"type": "object", "properties": {}}
+"""Sent for a tool without parameters (Anthropic requires an object schema; the others accept it)."""
+
+
+def api_key(route: ModelRoute) -> str | None:
+    """The key to send; None only when the route configures no key at all (a local server).
+
+    A configured `api_key_env` that is unset or empty is a ConfigError naming the variable.
+    """
+    key = route.resolve_api_key()
+    if key is None and route.api_key_env:
+        raise ConfigError(
+            f"Model '{route.display_name}' (provider '{route.provider}'): the environment variable "
+            f"{route.api_key_env} holding its API key is not set in the proxy's environment.",
+            bad_key=True,
+        )
+    return key
+
+
+def endpoint(route: ModelRoute, path: str) -> str:
+    return normalize_base_url(route.base_url) + path
+
+
+def json_headers(route: ModelRoute, auth: dict[str, str]) -> dict[str, str]:
+    headers = {"content-type": "application/json", "accept": "text/event-stream", **auth}
+    if route.extra_headers:
+        headers.update(route.extra_headers)
+    return headers
+
+
+def merge_extra_body(body: dict, extra: dict | None) -> dict:
+    """`extra_body` merged last: nested objects merge key by key, anything else replaces."""
+    if not extra:
+        return body
+    out = dict(body)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge_extra_body(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def schema(parameters: dict) -> dict:
+    return parameters if parameters else dict(EMPTY_SCHEMA)
+
+
+def data_url(image: ImagePart) -> str:
+    return f"data:{image.mime_type};base64,{image.data_b64}"
+
+
+def parse_json_object(text: str) -> dict[str, Any] | None:
+    """The tool arguments as an object, or None when the text is not a JSON object."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def reject_knob(route: ModelRoute, knob: str, instead: str) -> None:
+    """A config knob that this dialect cannot express is a clear error, never silently dropped."""
+    raise ConfigError(
+        f"Model '{route.display_name}' (provider '{route.provider}', kind {route.kind}): "
+        f"{knob} is not supported by this provider kind; {instead}."
+    )
