@@ -72,6 +72,8 @@ def test_public_ids_are_pinned():
     assert public_model_id("https://api.deepseek.com/v1", "openai_chat", "deepseek-reasoner") == "41062f21"
     assert public_model_id("https://api.deepseek.com/v1/", "openai_chat", "deepseek-reasoner") == "41062f21"
     assert public_model_id("https://api.anthropic.com", "anthropic", "claude-sonnet-4-5") == "f5841541"
+    assert public_model_id("https://api.anthropic.com/v1", "anthropic", "claude-sonnet-4-5") == "c2c7547e"
+    assert public_model_id("https://api.deepseek.com/v1", "openai_chat", "deepseek-chat") == "612672df"
 
 
 # ---- a good file --------------------------------------------------------------------------------
@@ -365,3 +367,15 @@ def test_route_repr_has_no_key():
     route = ModelRoute("00000000", "p", "openai_chat", "https://x", "m", "M", api_key=SECRET,
                        extra_headers={"authorization": HEADER_SECRET})
     assert SECRET not in repr(route) and HEADER_SECRET not in repr(route)
+
+
+def test_every_example_in_the_user_docs_is_valid():
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "providers.md").read_text()
+    blocks = doc.split("```toml\n")[1:]
+    assert len(blocks) >= 5
+    for block in blocks:
+        config, _ = parse_providers(block.split("```", 1)[0], "docs/providers.md")
+        assert config.models
+    for row in [line for line in doc.splitlines() if line.startswith("| `http")]:
+        base_url, kind, model_id, public_id = (c.strip().strip("`") for c in row.strip("|").split("|"))
+        assert public_model_id(base_url, kind, model_id) == public_id
