@@ -351,7 +351,7 @@ class _Validator:
         if thinking_budget is not None and kind != "anthropic":
             raise fail("thinking_budget_tokens is for anthropic models; openai kinds use reasoning_effort "
                        "(or extra_body for provider-specific knobs)", "thinking_budget_tokens")
-        if thinking_budget is not None and max_output_tokens is not None and thinking_budget >= max_output_tokens:
+        if thinking_budget and max_output_tokens and thinking_budget >= max_output_tokens:
             raise fail("thinking_budget_tokens must be smaller than max_output_tokens (Anthropic counts "
                        "thinking inside max_tokens)", "thinking_budget_tokens")
 
