@@ -182,3 +182,9 @@ class ShuttingDown(RunCanceled):
             self.message,
             [error_details(_E.ERROR_INTERNAL, title="Proxy shutting down", detail=self.message, retryable=True)],
         )
+
+
+class AlreadyExists(RunError):
+    """A request id that already ran (live or finished): Cursor must not get a replay."""
+
+    code = Code.ALREADY_EXISTS

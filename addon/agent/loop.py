@@ -1,0 +1,379 @@
+"""The turn: one local run, from its run_request to its terminal frame. Provider-agnostic.
+
+    claim the conversation (a newer run fences off older ones)
+    -> base revision = where the client's checkpoint says it is (or import it)
+    -> append ONE runtime user message (exactly once), initial checkpoint
+    -> loop: provider call -> stream updates
+         done(stop)     -> final assistant -> SET blobs, ACK barrier -> turn_ended
+                           -> staged, settled, settled again -> (run ends with end-stream {})
+         done(tool_use) -> tool round (tools.py): staged checkpoint, dispatch, results,
+                           settled checkpoint -> next provider call
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import httpx
+
+from byok.proto import agent_pb2 as apb
+from byok.prompt.assets import ModeAssets, PromptAssets
+from byok.store import AsyncStore, NewMessage, RunExists, StaleRun, StoredMessage
+
+from . import history
+from .clock import Clock, Ids
+from .config import ModelRoute
+from .cursor import context as request_context
+from .cursor import projection as proj
+from .cursor import updates
+from .errors import AlreadyExists, ConfigError, ProtocolError, ProviderError, RunCanceled
+from .providers import adapter_for
+from .providers.base import (
+    Done, ModelCycle, ModelRequest, TextDelta, ThinkingDelta, ThinkingEnd, ThinkingStart, Usage,
+)
+from .providers.io import CallMetrics, stream_model
+from .run import Run
+from .transcript import AssistantItem, TextPart
+
+log = logging.getLogger("byok.loop")
+
+USAGE_KEYS = updates.USAGE_FIELDS
+
+
+@dataclass
+class Services:
+    """What a turn needs from the process; built once by the backend addon."""
+
+    store: AsyncStore
+    lookup_model: callable
+    prompts: PromptAssets
+    http: httpx.AsyncClient
+    clock: Clock = field(default_factory=Clock)
+    ids: Ids = field(default_factory=Ids)
+    verbose_llm: bool = False
+    claim_conversation: callable = lambda run, conversation_id: None
+
+
+def _usage_dict(usage: Usage | None) -> dict | None:
+    if usage is None:
+        return None
+    return {k: getattr(usage, k) for k in USAGE_KEYS if getattr(usage, k) is not None}
+
+
+def add_usage(totals: dict, usage: Mapping | None) -> None:
+    for key, value in (usage or {}).items():
+        if value is not None:
+            totals[key] = totals.get(key, 0) + value
+
+
+@dataclass
+class CallResult:
+    item: AssistantItem
+    done: Done
+    usage: dict | None
+    thinking_ms: int | None
+    model_call_id: str
+
+
+class Turn:
+    """One run's turn logic. `await Turn(services, request)(run)`."""
+
+    def __init__(self, services: Services, request: apb.AgentRunRequest) -> None:
+        self.svc = services
+        self.request = request
+        self.run: Run
+        self.messages: list[StoredMessage] = []
+        self.revision: int | None = None
+        self.usage_totals: dict = {}
+        self.call_index = -1
+
+    # ---- entry --------------------------------------------------------------------------------
+
+    async def __call__(self, run: Run) -> None:
+        self.run = run
+        request = self.request
+        self.route: ModelRoute = self._route()
+        self.route.require_ready()
+        self.mode: ModeAssets = self._mode()
+        self.conversation_id = request.conversation_id or f"byok-{run.request_id}"
+        await self._claim()
+        self.system_prompt = self.mode.system_prompt(self.route.display_name)
+        self.ctx = proj.ProjectionContext(
+            system_prompt=self.system_prompt,
+            tools=self.mode.tools,
+            base_state=request.conversation_state.SerializeToString(),
+            mode=self._mode_enum(),
+            max_tokens=self.route.context_tokens,
+        )
+        await self._load_base()
+        action = request.action.WhichOneof("action")
+        if action == "user_message_action":
+            await self._begin_user_turn()
+        else:
+            raise ProtocolError(f"unsupported run action {action!r}")
+        await self._model_loop()
+
+    def _route(self) -> ModelRoute:
+        from .runtime import requested_model_id
+
+        route = self.svc.lookup_model(requested_model_id(self.request))
+        if route is None:  # the providers file changed between routing and now
+            raise ConfigError(f"model {requested_model_id(self.request)!r} is no longer in the providers file")
+        return route
+
+    def _mode(self) -> ModeAssets:
+        request = self.request
+        action = request.action
+        user_mode = (
+            action.user_message_action.user_message.mode
+            if action.WhichOneof("action") == "user_message_action" else None
+        )
+        return self.svc.prompts.for_run(
+            user_mode=user_mode or None,
+            state_mode=request.conversation_state.mode or None,
+            subagent_type_name=request.subagent_type_name or None,
+        )
+
+    def _mode_enum(self) -> int:
+        action = self.request.action
+        if action.WhichOneof("action") == "user_message_action" and action.user_message_action.user_message.mode:
+            return action.user_message_action.user_message.mode
+        return self.request.conversation_state.mode or apb.AGENT_MODE_AGENT
+
+    async def _claim(self) -> None:
+        run = self.run
+        try:
+            await self.svc.store.claim_run(
+                run.request_id, self.conversation_id,
+                wire_run_id=self.request.run_id or None,
+                model_public_id=self.route.public_id,
+                mode=self.mode.name,
+                action=self.request.action.WhichOneof("action"),
+            )
+        except RunExists:
+            raise AlreadyExists(f"request {run.request_id} already ran; it is not replayed") from None
+        self.svc.claim_conversation(run, self.conversation_id)
+
+    # ---- base revision ----------------------------------------------------------------------------
+
+    async def _load_base(self) -> None:
+        state = self.request.conversation_state
+        roots = list(state.root_prompt_messages_json)
+        if roots:
+            known, revision = await self.svc.store.find_published(self.conversation_id, proj.roots_digest(roots))
+            if not known:
+                raise ProtocolError(
+                    "the client's checkpoint is not one this store published (import is not available yet)"
+                )
+            self.revision = revision
+        self.messages = await self.svc.store.messages(self.revision)
+        await self.svc.store.set_run_base(self.run.request_id, self.revision)
+        base = await self._project(self.messages)
+        system_id = proj.sha256(proj.system_root(self.system_prompt))
+        held = self.run.held_blobs
+        held.update(roots)
+        held.update(state.turns)
+        held.update(bid for bid in base.blobs if bid != system_id)
+        if roots and roots[0] == system_id:
+            held.add(system_id)
+        self.base_state_bytes = base.state_bytes()
+
+    # ---- the runtime user message ---------------------------------------------------------------
+
+    async def _begin_user_turn(self) -> None:
+        run = self.run
+        action = self.request.action.user_message_action
+        event_id = f"run-request:{run.request_id}"
+        existing = await self.svc.store.runtime_event(self.conversation_id, event_id)
+        if existing is not None:
+            payload = existing.payload  # replayed exactly: never re-rendered, never re-timed
+        else:
+            text = self._render_runtime(action)
+            state_blob = self.base_state_bytes
+            user_message = apb.UserMessage()
+            user_message.CopyFrom(action.user_message)
+            user_message.conversation_state_blob_id = proj.sha256(state_blob)
+            um_blob = user_message.SerializeToString(deterministic=True)
+            payload = history.runtime_user_payload(
+                [TextPart(text)],
+                wire_id=f"runtime:{event_id}",
+                turn={
+                    "request_id": run.request_id,
+                    "user_message_blob": history.b64(um_blob),
+                    "state_blob": history.b64(state_blob),
+                },
+                blob_refs=[proj.sha256(um_blob), proj.sha256(state_blob)],
+            )
+        await self._append([NewMessage("user", "runtime", payload, event_id, run.request_id)])
+        await self._publish(await self._project(self.messages), revision=self.revision)
+
+    async def _project(self, messages, pending: proj.Pending | None = None) -> proj.Projection:
+        # Hashing a long history is real work: keep it off the event loop.
+        return await asyncio.to_thread(proj.project, messages, self.ctx, pending=pending)
+
+    def _render_runtime(self, action: apb.UserMessageAction, parts=None) -> str:
+        return request_context.runtime_text(
+            self.mode, action.request_context, parts, action.user_message, self.svc.clock.now()
+        )
+
+    # ---- history writes and checkpoints ----------------------------------------------------------
+
+    async def _append(self, new: list[NewMessage]) -> None:
+        try:
+            revision = await self.svc.store.append(
+                self.conversation_id, self.revision, new, fence_request_id=self.run.request_id
+            )
+        except StaleRun as e:
+            raise RunCanceled(str(e)) from None
+        stored = await self.svc.store.messages(revision)
+        self.messages = stored
+        self.revision = revision
+
+    async def _publish(self, *projections: proj.Projection, revision: int | None = None) -> None:
+        """SET what the client lacks, wait for every ACK, then record and emit the states."""
+        blobs: dict[bytes, bytes] = {}
+        for p in projections:
+            blobs.update(p.blobs)
+        await self.run.set_blobs(blobs)
+        last = projections[-1]
+        await self.svc.store.record_published(self.conversation_id, last.roots_digest, revision, last.blobs.keys())
+        for p in projections:
+            self.run.emit(updates.checkpoint(p.state))
+
+    # ---- the model loop ---------------------------------------------------------------------------
+
+    async def _model_loop(self) -> None:
+        while True:
+            result = await self._model_call()
+            if result.done.reason == "stop":
+                await self._finish_text(result)
+                return
+            raise ProviderError("tool calls are not supported in this version", retryable=False)
+
+    async def _finish_text(self, result: CallResult) -> None:
+        before = self.messages
+        payload = history.assistant_payload(
+            result.item, thinking_ms=result.thinking_ms, usage=result.usage, model_call_id=result.model_call_id
+        )
+        await self._append([NewMessage("assistant", "assistant", payload, request_id=self.run.request_id)])
+        staged = await self._project(before, proj.Pending(result.item, result.thinking_ms, result.usage))
+        settled = await self._project(self.messages)
+        await self.run.set_blobs({**staged.blobs, **settled.blobs})
+        await self.svc.store.record_published(
+            self.conversation_id, settled.roots_digest, self.revision, settled.blobs.keys()
+        )
+        self.run.emit(updates.turn_ended(self.usage_totals))
+        self.run.emit(updates.checkpoint(staged.state))
+        self.run.emit(updates.checkpoint(settled.state))
+        self.run.emit(updates.checkpoint(settled.state))
+
+    async def _model_call(self) -> CallResult:
+        self.call_index += 1
+        run, route = self.run, self.route
+        items = history.transcript(self.messages)
+        request = ModelRequest(route=route, system=self.system_prompt, items=items, tools=self.mode.tools)
+        adapter = adapter_for(route.kind)
+        model_call_id = self.svc.ids.new("model-call")
+        started = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+        llm_id = await self.svc.store.begin_llm_call({
+            "request_id": run.request_id, "conversation_id": self.conversation_id,
+            "call_index": self.call_index, "model_call_id": model_call_id, "provider": route.provider,
+            "provider_kind": route.kind, "model_public_id": route.public_id, "model": route.model_id,
+            "started_at": started, "message_count": len(items), "tool_count": len(self.mode.tools),
+        })
+        metrics = CallMetrics()
+        cycle = ModelCycle()
+        raw = bytearray() if self.svc.verbose_llm else None
+        thinking = _ThinkingTimer()
+        try:
+            async with contextlib.aclosing(
+                stream_model(self.svc.http, adapter, request, metrics=metrics, cycle=cycle,
+                             on_raw=raw.extend if raw is not None else None)
+            ) as events:
+                async for event in events:
+                    self._on_event(event, thinking)
+        except (ProviderError, ConfigError) as e:
+            await self._finish_llm(llm_id, metrics, cycle, status="error", error=e.message, raw=raw)
+            raise
+        except asyncio.CancelledError:
+            await asyncio.shield(self._finish_llm(llm_id, metrics, cycle, status="canceled", raw=raw))
+            raise
+        thinking.end(self)
+        usage = _usage_dict(cycle.usage)
+        add_usage(self.usage_totals, usage)
+        await self._finish_llm(llm_id, metrics, cycle, status="ok", raw=raw)
+        item = AssistantItem(
+            text="".join(cycle.text),
+            thinking="".join(cycle.thinking),
+            tool_calls=(),
+            replay=cycle.done.replay if cycle.done else None,
+        )
+        return CallResult(item, cycle.done, usage, thinking.total_ms or None, model_call_id)
+
+    def _on_event(self, event, thinking: "_ThinkingTimer") -> None:
+        run = self.run
+        if isinstance(event, ThinkingStart):
+            thinking.start()
+        elif isinstance(event, ThinkingDelta):
+            thinking.start()
+            run.emit(updates.thinking_delta(event.text))
+        elif isinstance(event, ThinkingEnd):
+            thinking.end(self)
+        elif isinstance(event, TextDelta):
+            thinking.end(self)
+            run.emit(updates.text_delta(event.text))
+        elif isinstance(event, Usage):
+            if event.output_tokens is not None:
+                run.emit(updates.token_delta(event.output_tokens))
+
+    async def _finish_llm(self, llm_id: int, metrics: CallMetrics, cycle: ModelCycle, *, status: str,
+                          error: str | None = None, raw: bytearray | None = None) -> None:
+        usage = _usage_dict(cycle.usage) or {}
+        row = {
+            "status": status, "error": error,
+            "finish_reason": cycle.done.reason if cycle.done else None,
+            "ttfb_ms": _ms(metrics.ttfb_s), "ttft_ms": _ms(metrics.ttft_s), "total_ms": _ms(metrics.total_s),
+            "request_bytes": metrics.request_bytes, "response_bytes": metrics.response_bytes,
+            **{k: usage.get(k) for k in USAGE_KEYS},
+        }
+        if raw is not None:
+            row["raw_response"] = bytes(raw)
+        await self.svc.store.finish_llm_call(llm_id, row)
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 3)
+
+
+class _ThinkingTimer:
+    """Measures thinking segments (monotonic) and sends thinking_completed when one closes."""
+
+    def __init__(self) -> None:
+        self._started: float | None = None
+        self.total_ms = 0
+
+    def start(self) -> None:
+        if self._started is None:
+            self._started = time.monotonic()
+
+    def end(self, turn: Turn) -> None:
+        if self._started is None:
+            return
+        ms = max(1, round((time.monotonic() - self._started) * 1000))
+        self._started = None
+        self.total_ms += ms
+        turn.run.emit(updates.thinking_completed(ms))
+
+
+def make_turn_factory(services: Services):
+    def factory(request: apb.AgentRunRequest):
+        return Turn(services, request)
+
+    return factory
+

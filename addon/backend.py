@@ -1,0 +1,219 @@
+"""The local Agent backend inside mitmproxy: answers the agent RPCs of runs on the user's models.
+
+- BidiAppend is answered in the `request` hook (200 empty, or a Connect error JSON).
+- A local RunSSE is pointed at the embedded loopback stream server; mitmproxy streams its body.
+- Runs on any other model, and everything else, go upstream untouched and streamed.
+- `/agent/v1/run` is answered 404 in intercept mode so Cursor takes the RunSSE path (DESIGN §2).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from mitmproxy import ctx, http
+
+from . import options
+from .agent import connect
+from .agent.clock import Clock, CountingIds, FixedClock, Ids
+from .agent.config import ProvidersFile
+from .agent.cursor.bidi import decode_bidi_append, decode_run_sse
+from .agent.errors import RunError
+from .agent.loop import Services, make_turn_factory
+from .agent.providers.io import make_client
+from .agent.run import Run, RunSettings
+from .agent.runtime import Route, RouteTimeout, Runtime
+from .router import Rpc, classify
+from .stream_server import RUN_HEADER, StreamServer
+
+log = logging.getLogger("byok.backend")
+
+CONNECT_PROTO = "application/connect+proto"
+
+
+class Backend:
+    def __init__(self, providers: ProvidersFile, recorder=None) -> None:
+        self.providers = providers
+        self.recorder = recorder
+        self.runtime: Runtime | None = None
+        self.server: StreamServer | None = None
+        self.store = None
+        self.http = None
+        self.settings: options.Settings | None = None
+        self._ready = asyncio.Event()
+
+    # ---- lifecycle ------------------------------------------------------------------------------
+
+    async def running(self) -> None:
+        from byok.prompt.assets import load_assets
+        from byok.store import AsyncStore
+
+        settings = self.settings = options.current()
+        if ctx.options.connection_strategy == "eager" and "connection_strategy" not in _user_set():
+            # eager makes an unreachable upstream 502 every CONNECT, even calls we answer locally
+            ctx.options.update(connection_strategy="lazy")
+        prompts = load_assets()  # a broken asset stops start-up with a message naming the file
+        self.store = await AsyncStore.open(settings.db)
+        self.http = make_client()
+        clock, ids = (FixedClock(), CountingIds()) if settings.deterministic else (Clock(), Ids())
+        services = Services(
+            store=self.store, lookup_model=self.providers.lookup, prompts=prompts, http=self.http,
+            clock=clock, ids=ids, verbose_llm=settings.verbose_llm,
+        )
+        self.runtime = Runtime(
+            is_user_model=lambda model_id: self.providers.lookup(model_id) is not None,
+            make_turn=make_turn_factory(services),
+            settings=RunSettings(
+                ack_timeout_s=settings.ack_timeout_s, heartbeat_s=settings.heartbeat_s,
+                stream_attach_timeout_s=settings.route_wait_s,
+            ),
+            observe=settings.mode == "observe",
+            clock=clock, ids=ids,
+            frame_sink_for=(self.recorder.sink_for if self.recorder and settings.record else lambda rid: None),
+            on_run_finished=self._run_finished,
+        )
+        services.claim_conversation = self.runtime.claim_conversation
+        self.server = StreamServer(self.runtime.run)
+        await self.server.start()
+        self._ready.set()
+        log.info(
+            "cursor-byok ready: mode=%s, %d user model(s), db=%s, stream server 127.0.0.1:%d",
+            settings.mode, len(self.providers.models), settings.db, self.server.port,
+        )
+
+    async def done(self) -> None:
+        if self.runtime is not None:
+            await self.runtime.shutdown(timeout=8.0)
+        if self.server is not None:
+            await self.server.stop(timeout=2.0)
+        if self.http is not None:
+            await self.http.aclose()
+        if self.recorder is not None:
+            await self.recorder.flush()
+        if self.store is not None:
+            await self.store.close()
+
+    async def _run_finished(self, run: Run, error: RunError | None) -> None:
+        status = run.outcome or "failed"
+        try:
+            await self.store.finish_run(
+                run.request_id, status,
+                error_code=None if error is None else error.code.value,
+                error_message=None if error is None else error.message,
+            )
+        except Exception:
+            log.exception("[%s] could not record the run's end", run.request_id)
+
+    # ---- hooks ---------------------------------------------------------------------------------
+
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        if self.settings is None or classify(flow, self.settings) is None:
+            flow.request.stream = True  # not ours: straight through, never buffered
+
+    async def request(self, flow: http.HTTPFlow) -> None:
+        if not self._ready.is_set():
+            await self._ready.wait()  # the proxy listens before `running` finished
+        rpc = classify(flow, self.settings)
+        if rpc is Rpc.RUN_SSE:
+            await self._run_sse(flow)
+        elif rpc is Rpc.BIDI_APPEND:
+            await self._bidi_append(flow)
+        elif rpc is Rpc.RUN_PROBE and self.settings.mode == "intercept":
+            flow.response = http.Response.make(404, b"", {"content-type": "text/plain"})
+            flow.metadata["byok"] = "run-probe"
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        target = flow.metadata.get("byok_target")
+        if target:  # show the real host again (the request already went to the loopback server)
+            flow.request.scheme, flow.request.host, flow.request.port = target
+            flow.request.headers.pop(RUN_HEADER, None)
+        if self.settings is None or classify(flow, self.settings) is not Rpc.MODEL_LIST:
+            if self.recorder is not None and classify(flow, self.settings) is Rpc.RUN_SSE:
+                flow.response.stream = self.recorder.tee_response(flow)
+            else:
+                flow.response.stream = True
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        request_id = flow.metadata.get("byok_request_id")
+        if request_id and self.runtime is not None and flow.metadata.get("byok_target"):
+            run = self.runtime.run(request_id)
+            if run is not None and not run.terminal:
+                from .agent.errors import RunCanceled
+
+                run.cancel(RunCanceled(f"RunSSE flow failed: {flow.error}"))
+
+    # ---- RunSSE ----------------------------------------------------------------------------------
+
+    async def _run_sse(self, flow: http.HTTPFlow) -> None:
+        try:
+            request_id = decode_run_sse(flow.request.content or b"", flow.request.headers.get("content-type", CONNECT_PROTO))
+        except connect.ConnectError as e:
+            self._stream_error(flow, e)
+            return
+        flow.metadata["byok_request_id"] = request_id
+        runtime = self.runtime
+        if request_id in runtime.finished or ((run := runtime.run(request_id)) is not None and run.stream_attached):
+            self._stream_error(flow, connect.ConnectError(
+                connect.Code.ALREADY_EXISTS, f"request {request_id} already has a RunSSE stream; it is not replayed"))
+            return
+        try:
+            route = await runtime.wait_route(request_id, self.settings.route_wait_s)
+        except RouteTimeout as e:
+            self._stream_error(flow, connect.ConnectError(connect.Code.DEADLINE_EXCEEDED, str(e)))
+            return
+        if route is Route.UPSTREAM:
+            flow.metadata["byok"] = "upstream"
+            return
+        flow.metadata["byok"] = "local"
+        flow.metadata["byok_target"] = (flow.request.scheme, flow.request.host, flow.request.port)
+        flow.request.headers[RUN_HEADER] = request_id
+        flow.request.scheme, flow.request.host, flow.request.port = "http", "127.0.0.1", self.server.port
+
+    @staticmethod
+    def _stream_error(flow: http.HTTPFlow, error: connect.ConnectError) -> None:
+        log.warning("RunSSE rejected: %s", error)
+        flow.response = http.Response.make(200, connect.encode_end_stream(error), {"content-type": CONNECT_PROTO})
+        flow.metadata["byok"] = "rejected"
+
+    # ---- BidiAppend ------------------------------------------------------------------------------
+
+    async def _bidi_append(self, flow: http.HTTPFlow) -> None:
+        try:
+            append = decode_bidi_append(
+                flow.request.get_content(strict=True) or b"", flow.request.headers.get("content-type", "application/proto")
+            )
+        except (connect.ConnectError, ValueError) as e:
+            error = e if isinstance(e, connect.ConnectError) else connect.ConnectError(connect.Code.INVALID_ARGUMENT, str(e))
+            self._unary_error(flow, error)
+            return
+        flow.metadata["byok_request_id"] = append.request_id
+        runtime = self.runtime
+        route = runtime.on_append(append.request_id, append.seqno, append.message, append.raw)
+        if route is None:
+            try:
+                await runtime.wait_route(append.request_id, self.settings.route_wait_s)
+            except RouteTimeout as e:
+                self._unary_error(flow, connect.ConnectError(connect.Code.INVALID_ARGUMENT, str(e)))
+                return
+            route = runtime.on_append(append.request_id, append.seqno, append.message, append.raw)
+        if route is Route.UPSTREAM:
+            flow.metadata["byok"] = "upstream"
+            return
+        flow.metadata["byok"] = "local"
+        flow.response = http.Response.make(200, b"", {"content-type": "application/proto"})
+
+    @staticmethod
+    def _unary_error(flow: http.HTTPFlow, error: connect.ConnectError) -> None:
+        log.warning("BidiAppend rejected: %s", error)
+        status, body = connect.unary_error_body(error)
+        flow.response = http.Response.make(status, body, {"content-type": "application/json"})
+        flow.metadata["byok"] = "rejected"
+
+
+def _user_set() -> set[str]:
+    """Options the user set explicitly: changed from their default, or named on the command line
+    (an explicit `--set connection_strategy=eager` equals the default but must be respected)."""
+    import sys
+
+    named = {arg.split("=", 1)[0] for arg in sys.argv if "=" in arg}
+    return {name for name, opt in ctx.options._options.items() if opt.current() != opt.default or name in named}

@@ -1,0 +1,264 @@
+"""A Cursor-like Agent client: speaks RunSSE + BidiAppend through the proxy like the IDE does.
+
+It opens the RunSSE stream, posts BidiAppends concurrently (each its own HTTP request, ordered only
+by append_seqno), keeps a blob store (verifies sha256(data) == blob_id on every SET, then ACKs it),
+answers KV GETs from that store, hands exec requests and interaction queries to pluggable handlers,
+and records every frame both ways. The test suite drives the proxy with it, and `cursor-byok smoke`
+uses it against a running proxy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import ssl
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import httpx
+
+from byok.agent import connect
+from byok.agent.cursor.bidi import encode_bidi_append
+from byok.proto import agent_pb2 as apb, aiserver_pb2 as spb
+
+RUN_SSE = "/agent.v1.AgentService/RunSSE"
+BIDI_APPEND = "/aiserver.v1.BidiService/BidiAppend"
+
+
+class BlobMismatch(AssertionError):
+    pass
+
+
+@dataclass
+class Frame:
+    direction: str  # "down" (server -> client) or "up"
+    t: float
+    message: object  # AgentServerMessage / AgentClientMessage, or the end-stream ConnectError|None
+    flags: int = 0
+    seqno: int | None = None
+
+    @property
+    def kind(self) -> str:
+        if self.flags & connect.FLAG_END_STREAM:
+            return "end_stream"
+        kind = self.message.WhichOneof("message")
+        sub = getattr(self.message, kind)
+        inner = sub.WhichOneof("message") if hasattr(sub, "WhichOneof") and kind in (
+            "interaction_update", "kv_server_message", "kv_client_message") else None
+        return f"{kind}.{inner}" if inner else kind
+
+
+@dataclass
+class RunResult:
+    request_id: str
+    frames: list[Frame]
+    end_error: connect.ConnectError | None
+    status: int
+
+    def down(self, kind_prefix: str = "") -> list[Frame]:
+        return [f for f in self.frames if f.direction == "down" and f.kind.startswith(kind_prefix)]
+
+    def kinds(self, *, skip_heartbeats: bool = True) -> list[str]:
+        return [f.kind for f in self.frames if f.direction == "down"
+                and not (skip_heartbeats and f.kind == "interaction_update.heartbeat")]
+
+    def checkpoints(self) -> list[apb.ConversationStateStructure]:
+        return [f.message.conversation_checkpoint_update for f in self.down("conversation_checkpoint_update")]
+
+    def text(self) -> str:
+        return "".join(f.message.interaction_update.text_delta.text for f in self.down("interaction_update.text_delta"))
+
+
+ExecHandler = Callable[["CursorClient", apb.ExecServerMessage], Awaitable[None]]
+QueryHandler = Callable[["CursorClient", apb.InteractionQuery], Awaitable[None]]
+
+
+@dataclass
+class CursorClient:
+    proxy: str | None
+    """http://127.0.0.1:PORT of the proxy, or None to talk to `base_url` directly."""
+    ca_file: str | None = None
+    base_url: str = "https://api2.cursor.sh"
+    http2: bool = False
+    blobs: dict[bytes, bytes] = field(default_factory=dict)
+    on_exec: ExecHandler | None = None
+    on_query: QueryHandler | None = None
+    ack_delay_s: float = 0.0
+    ack_blobs: bool = True
+    timeout_s: float = 60.0
+    ack_log: list[tuple[float, bytes]] = field(default_factory=list)
+    """(time, blob id) of every ACK sent."""
+
+    def __post_init__(self) -> None:
+        verify: ssl.SSLContext | bool = True
+        if self.ca_file:
+            verify = ssl.create_default_context(cafile=self.ca_file)
+        self._http = httpx.AsyncClient(
+            proxy=self.proxy, verify=verify, http2=self.http2, trust_env=False,
+            timeout=httpx.Timeout(self.timeout_s, connect=10.0),
+        )
+        self._seqno: dict[str, int] = {}
+        self._frames: dict[str, list[Frame]] = {}
+        self._tasks: set[asyncio.Task] = set()
+
+    async def aclose(self) -> None:
+        for task in list(self._tasks):
+            await asyncio.gather(task, return_exceptions=True)
+        await self._http.aclose()
+
+    async def __aenter__(self) -> "CursorClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
+
+    # ---- appends --------------------------------------------------------------------------------
+
+    def next_seqno(self, request_id: str) -> int:
+        seqno = self._seqno.get(request_id, 0)
+        self._seqno[request_id] = seqno + 1
+        return seqno
+
+    async def append(self, request_id: str, message: apb.AgentClientMessage, *, seqno: int | None = None,
+                     body: bytes | None = None) -> httpx.Response:
+        """POST one BidiAppend (seqno defaults to the next one for this request)."""
+        if seqno is None:
+            seqno = self.next_seqno(request_id)
+        self._frames.setdefault(request_id, []).append(Frame("up", time.monotonic(), message, seqno=seqno))
+        data = body if body is not None else encode_bidi_append(request_id, seqno, message)
+        return await self._http.post(self.base_url + BIDI_APPEND, content=data,
+                                     headers={"content-type": "application/proto", "connect-protocol-version": "1"})
+
+    def append_soon(self, request_id: str, message: apb.AgentClientMessage, delay: float = 0.0) -> None:
+        """Fire an append concurrently (the IDE does not wait for one append before the next)."""
+        seqno = self.next_seqno(request_id)
+
+        async def send() -> None:
+            if delay:
+                await asyncio.sleep(delay)
+            response = await self.append(request_id, message, seqno=seqno)
+            if response.status_code != 200:
+                raise AssertionError(f"BidiAppend seqno {seqno} -> {response.status_code} {response.text}")
+
+        task = asyncio.get_running_loop().create_task(send())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ---- a whole run ------------------------------------------------------------------------------
+
+    async def run(
+        self,
+        run_request: apb.AgentRunRequest,
+        *,
+        request_id: str | None = None,
+        send_run_request: bool = True,
+        run_request_delay_s: float = 0.0,
+        on_frame: Callable[[Frame], Awaitable[None] | None] | None = None,
+    ) -> RunResult:
+        """Open RunSSE, send the run_request, serve KV/exec/queries until the end-stream."""
+        request_id = request_id or str(uuid.uuid4())
+        frames = self._frames.setdefault(request_id, [])
+        if send_run_request:
+            self.append_soon(request_id, apb.AgentClientMessage(run_request=run_request), delay=run_request_delay_s)
+        body = connect.encode_envelope(spb.BidiRequestId(request_id=request_id).SerializeToString())
+        decoder = connect.EnvelopeDecoder()
+        end_error: connect.ConnectError | None = None
+        ended = False
+        async with self._http.stream(
+            "POST", self.base_url + RUN_SSE, content=body,
+            headers={"content-type": "application/connect+proto", "connect-protocol-version": "1"},
+        ) as response:
+            status = response.status_code
+            async for chunk in response.aiter_raw():
+                for frame in decoder.feed(chunk):
+                    if ended:
+                        raise AssertionError("bytes after the end-stream frame")
+                    if frame.end_stream:
+                        end_error = connect.parse_end_stream(frame.payload)
+                        f = Frame("down", time.monotonic(), end_error, frame.flags)
+                        ended = True
+                    else:
+                        f = Frame("down", time.monotonic(), apb.AgentServerMessage.FromString(frame.payload), frame.flags)
+                        await self._handle(request_id, f.message)
+                    frames.append(f)
+                    if on_frame is not None:
+                        result = on_frame(f)
+                        if asyncio.iscoroutine(result):
+                            await result
+            decoder.close()
+        if not ended:
+            raise AssertionError("RunSSE ended without an end-stream frame")
+        return RunResult(request_id, frames, end_error, status)
+
+    async def _handle(self, request_id: str, message: apb.AgentServerMessage) -> None:
+        kind = message.WhichOneof("message")
+        if kind == "kv_server_message":
+            kv = message.kv_server_message
+            if kv.WhichOneof("message") == "set_blob_args":
+                args = kv.set_blob_args
+                if hashlib.sha256(args.blob_data).digest() != args.blob_id:
+                    raise BlobMismatch(f"SET blob {args.blob_id.hex()} does not hash to its id")
+                self.blobs[args.blob_id] = args.blob_data
+                if self.ack_blobs:
+                    self._ack(request_id, kv.id, args.blob_id)
+            else:
+                blob_id = kv.get_blob_args.blob_id
+                result = apb.GetBlobResult()
+                if blob_id in self.blobs:
+                    result.blob_data = self.blobs[blob_id]
+                else:
+                    result.error.message = f"blob {blob_id.hex()} not found"
+                self.append_soon(request_id, apb.AgentClientMessage(
+                    kv_client_message=apb.KvClientMessage(id=kv.id, get_blob_result=result)))
+        elif kind == "exec_server_message" and self.on_exec is not None:
+            task = asyncio.get_running_loop().create_task(self.on_exec(self, message.exec_server_message))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        elif kind == "interaction_query" and self.on_query is not None:
+            task = asyncio.get_running_loop().create_task(self.on_query(self, message.interaction_query))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _ack(self, request_id: str, kv_id: int, blob_id: bytes) -> None:
+        self.ack_log.append((time.monotonic(), blob_id))
+        self.append_soon(request_id, apb.AgentClientMessage(
+            kv_client_message=apb.KvClientMessage(id=kv_id, set_blob_result=apb.SetBlobResult())),
+            delay=self.ack_delay_s)
+
+    def frames(self, request_id: str) -> list[Frame]:
+        return self._frames.get(request_id, [])
+
+
+def user_turn_request(
+    text: str,
+    *,
+    model_id: str,
+    conversation_id: str | None = None,
+    state: apb.ConversationStateStructure | None = None,
+    mode: int = apb.AGENT_MODE_AGENT,
+    message_id: str | None = None,
+    workspace: str | None = None,
+) -> apb.AgentRunRequest:
+    """A run_request with a user_message_action, as the IDE sends for a new message."""
+    request = apb.AgentRunRequest(
+        conversation_id=conversation_id or str(uuid.uuid4()),
+        requested_model=apb.RequestedModel(model_id=model_id),
+    )
+    if state is not None:
+        request.conversation_state.CopyFrom(state)
+    else:
+        request.conversation_state.SetInParent()
+    action = request.action.user_message_action
+    action.user_message.text = text
+    action.user_message.message_id = message_id or str(uuid.uuid4())
+    action.user_message.mode = mode
+    env = action.request_context.env
+    env.os_version = "linux 6.1"
+    env.shell = "bash"
+    if workspace:
+        env.workspace_paths.append(workspace)
+        env.terminals_folder = workspace + "/.terminals"
+    env.time_zone = "UTC"
+    return request

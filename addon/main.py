@@ -1,0 +1,35 @@
+"""The addon list, one small class per concern (the entry script only calls `make_addons`)."""
+
+from __future__ import annotations
+
+from .agent.config import ProvidersFile
+from .backend import Backend
+from .options import Options
+from .providers_file import ProvidersFileAddon
+from .recorder import Recorder
+
+
+class StoreWiring:
+    """Hands the backend's store to the recorder once both are running."""
+
+    def __init__(self, backend: Backend, recorder: Recorder) -> None:
+        self.backend = backend
+        self.recorder = recorder
+
+    async def running(self) -> None:
+        if self.backend.store is not None:
+            self.recorder.attach(self.backend.store)
+
+
+def make_addons() -> list:
+    providers = ProvidersFile()
+    recorder = Recorder()
+    backend = Backend(providers, recorder)
+    addons: list = [Options(), ProvidersFileAddon(providers), recorder, backend, StoreWiring(backend, recorder)]
+    try:
+        from .models import ModelListInjector
+    except ImportError:
+        pass
+    else:
+        addons.insert(3, ModelListInjector(providers))
+    return addons

@@ -1,0 +1,142 @@
+"""End-to-end harness: a real `mitmdump -s addon/cursor_byok.py` subprocess on a free loopback port,
+with its own confdir (fresh CA), database and providers file. Nothing touches `~`."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from byok.agent.config import public_model_id
+from byok.cli.client import CursorClient
+
+ROOT = Path(__file__).resolve().parents[2]
+MITMDUMP = str(Path(sys.executable).with_name("mitmdump"))
+API_KEY = "sk-test-SECRET-abcdef0123456789"
+
+
+def providers_toml(models: list[dict]) -> str:
+    """models: [{name, kind, base_url, model_id, extra...}] -> TOML text."""
+    out = []
+    for m in models:
+        out += [
+            "[[providers]]",
+            f'name = "{m["name"]}"',
+            f'kind = "{m["kind"]}"',
+            f'base_url = "{m["base_url"]}"',
+            f'api_key = "{m.get("api_key", API_KEY)}"',
+            "[[providers.models]]",
+            f'id = "{m["model_id"]}"',
+            f'display_name = "{m.get("display_name", m["model_id"] + " (BYOK)")}"',
+            f'context_tokens = {m.get("context_tokens", 128000)}',
+        ]
+        for key, value in m.get("extra", {}).items():
+            out.append(f"{key} = {value}")
+        out.append("")
+    return "\n".join(out)
+
+
+@dataclass
+class Proxy:
+    home: Path
+    options: dict = field(default_factory=dict)
+    extra_scripts: list[str] = field(default_factory=list)
+    process: subprocess.Popen | None = None
+    port: int = 0
+    stream_port: int = 0
+    ready_s: float = 0.0
+
+    @property
+    def confdir(self) -> Path:
+        return self.home / "mitm"
+
+    @property
+    def ca_file(self) -> str:
+        return str(self.confdir / "mitmproxy-ca-cert.pem")
+
+    @property
+    def db(self) -> Path:
+        return Path(self.options.get("byok_db", self.home / "byok.db"))
+
+    @property
+    def config(self) -> Path:
+        return Path(self.options.get("byok_config", self.home / "providers.toml"))
+
+    @property
+    def log_path(self) -> Path:
+        return self.home / "mitmdump.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def start(self, timeout: float = 30.0) -> "Proxy":
+        self.home.mkdir(parents=True, exist_ok=True)
+        opts = {"byok_db": str(self.db), "byok_config": str(self.config), **self.options}
+        args = [MITMDUMP, "-s", str(ROOT / "addon" / "cursor_byok.py")]
+        for script in self.extra_scripts:
+            args += ["-s", script]
+        args += ["--listen-host", "127.0.0.1", "--listen-port", "0", "--set", f"confdir={self.confdir}"]
+        for key, value in opts.items():
+            args += ["--set", f"{key}={value}"]
+        log = open(self.log_path, "ab")
+        t0 = time.monotonic()
+        env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+        self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                        start_new_session=True)
+        offset = len(self.log())
+        while time.monotonic() - t0 < timeout:
+            text = self.log()[offset:] if offset <= len(self.log()) else self.log()
+            listen = re.search(r"proxy listening at 127\.0\.0\.1:(\d+)", text)
+            ready = re.search(r"cursor-byok ready: .* stream server 127\.0\.0\.1:(\d+)", text)
+            if listen and ready:
+                self.port, self.stream_port = int(listen.group(1)), int(ready.group(1))
+                self.ready_s = time.monotonic() - t0
+                return self
+            if self.process.poll() is not None:
+                raise RuntimeError(f"mitmdump exited with {self.process.returncode}:\n{self.log()}")
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"mitmdump not ready after {timeout}s:\n{self.log()}")
+
+    def stop(self, sig: int = signal.SIGINT, timeout: float = 15.0) -> int | None:
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(5)
+        code = self.process.returncode
+        self.process = None
+        return code
+
+    def kill9(self) -> None:
+        if self.process is not None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(5)
+            self.process = None
+
+    def client(self, **kwargs) -> CursorClient:
+        return CursorClient(self.url, self.ca_file, **kwargs)
+
+
+def model_entry(base_url: str, *, kind: str = "openai_chat", model_id: str = "test-model", name: str = "scripted",
+                **extra) -> dict:
+    entry = {"name": name, "kind": kind, "base_url": base_url, "model_id": model_id}
+    entry.update(extra)
+    return entry
+
+
+def public_id(entry: dict) -> str:
+    return public_model_id(entry["base_url"], entry["kind"], entry["model_id"])
