@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .agent.config import ProvidersFile
 from .backend import Backend
+from .models import ModelListInjector
 from .options import Options
 from .providers_file import ProvidersFileAddon
 from .recorder import Recorder
@@ -25,11 +26,11 @@ def make_addons() -> list:
     providers = ProvidersFile()
     recorder = Recorder()
     backend = Backend(providers, recorder)
-    addons: list = [Options(), ProvidersFileAddon(providers), recorder, backend, StoreWiring(backend, recorder)]
-    try:
-        from .models import ModelListInjector
-    except ImportError:
-        pass
-    else:
-        addons.insert(3, ModelListInjector(providers))
-    return addons
+    return [
+        Options(),
+        ProvidersFileAddon(providers),
+        recorder,
+        ModelListInjector(providers),
+        backend,
+        StoreWiring(backend, recorder),
+    ]

@@ -10,6 +10,18 @@ from pathlib import Path
 from mitmproxy import ctx, exceptions
 
 DEFAULT_HOME = Path("~/.cursor-byok")
+# Declared as str: mitmproxy 11's --set cannot parse float options.
+SECONDS_OPTIONS = ("byok_route_wait_s", "byok_ack_timeout_s", "byok_heartbeat_s")
+
+
+def parse_seconds(name: str, value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise exceptions.OptionsError(f"{name} must be a number of seconds, not {value!r}") from None
+    if not seconds > 0:
+        raise exceptions.OptionsError(f"{name} must be a positive number of seconds, not {value!r}")
+    return seconds
 MODES = ("intercept", "observe")
 
 
@@ -64,15 +76,15 @@ class Options:
             "Host patterns (fnmatch) of Cursor's backend whose Agent RPCs cursor-byok may answer.",
         )
         loader.add_option(
-            "byok_route_wait_s", float, 30.0,
+            "byok_route_wait_s", str, "30",
             "Seconds a RunSSE or an early BidiAppend waits for its request's run_request before failing.",
         )
         loader.add_option(
-            "byok_ack_timeout_s", float, 30.0,
+            "byok_ack_timeout_s", str, "30",
             "Seconds to wait for the client to acknowledge a blob SET before the run fails.",
         )
         loader.add_option(
-            "byok_heartbeat_s", float, 5.0,
+            "byok_heartbeat_s", str, "5",
             "Send a heartbeat on an idle RunSSE stream after this many seconds (waiting on a provider or tool).",
         )
         loader.add_option(
@@ -81,9 +93,9 @@ class Options:
         )
 
     def configure(self, updated: set[str]) -> None:
-        for name in ("byok_route_wait_s", "byok_ack_timeout_s", "byok_heartbeat_s"):
-            if name in updated and getattr(ctx.options, name) <= 0:
-                raise exceptions.OptionsError(f"{name} must be a positive number of seconds")
+        for name in SECONDS_OPTIONS:
+            if name in updated:
+                parse_seconds(name, getattr(ctx.options, name))
         if "byok_hosts" in updated and not ctx.options.byok_hosts:
             raise exceptions.OptionsError("byok_hosts must name at least one host pattern")
 
@@ -97,8 +109,8 @@ def current() -> Settings:
         record=o.byok_record,
         verbose_llm=o.byok_verbose_llm,
         hosts=tuple(o.byok_hosts),
-        route_wait_s=o.byok_route_wait_s,
-        ack_timeout_s=o.byok_ack_timeout_s,
-        heartbeat_s=o.byok_heartbeat_s,
+        route_wait_s=parse_seconds("byok_route_wait_s", o.byok_route_wait_s),
+        ack_timeout_s=parse_seconds("byok_ack_timeout_s", o.byok_ack_timeout_s),
+        heartbeat_s=parse_seconds("byok_heartbeat_s", o.byok_heartbeat_s),
         deterministic=o.byok_deterministic,
     )
