@@ -390,7 +390,8 @@ def _load_system_prompt(path: Path, problems: list[str]) -> tuple[str, ...] | No
         problems.append(f"{path}: the system prompt must name the model with {{{{MODEL_NAME}}}}")
     stray = _ANY_PLACEHOLDER.findall(_MODEL_NAME.sub("", text))
     if stray:
-        problems.append(f"{path}: unknown placeholder(s) {', '.join(sorted(set(stray)))}; only {{{{MODEL_NAME}}}} is allowed")
+        names = ", ".join(sorted(set(stray)))
+        problems.append(f"{path}: unknown placeholder(s) {names}; only {{{{MODEL_NAME}}}} is allowed")
     if "<user_info>" in text:
         problems.append(f"{path}: <user_info> belongs in the runtime message, not the static system prompt")
     if len(problems) != before:
