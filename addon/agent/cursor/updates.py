@@ -65,3 +65,28 @@ def kv_get(kv_id: int, blob_id: bytes) -> apb.AgentServerMessage:
 
 def exec_abort(exec_id: int) -> apb.AgentServerMessage:
     return A(exec_server_control_message=apb.ExecServerControlMessage(abort=apb.ExecServerAbort(id=exec_id)))
+
+
+def partial_tool_call(call_id: str, model_call_id: str, tool_call: apb.ToolCall,
+                      args_text_delta: str = "") -> apb.AgentServerMessage:
+    return _update(partial_tool_call=apb.PartialToolCallUpdate(
+        call_id=call_id, tool_call=tool_call, args_text_delta=args_text_delta, model_call_id=model_call_id))
+
+
+def tool_call_started(call_id: str, model_call_id: str, tool_call: apb.ToolCall) -> apb.AgentServerMessage:
+    return _update(tool_call_started=apb.ToolCallStartedUpdate(
+        call_id=call_id, tool_call=tool_call, model_call_id=model_call_id))
+
+
+def tool_call_delta(call_id: str, model_call_id: str, delta: apb.ToolCallDelta) -> apb.AgentServerMessage:
+    return _update(tool_call_delta=apb.ToolCallDeltaUpdate(
+        call_id=call_id, tool_call_delta=delta, model_call_id=model_call_id))
+
+
+def tool_call_completed(call_id: str, model_call_id: str, tool_call: apb.ToolCall) -> apb.AgentServerMessage:
+    return _update(tool_call_completed=apb.ToolCallCompletedUpdate(
+        call_id=call_id, tool_call=tool_call, model_call_id=model_call_id))
+
+
+def interaction(update: apb.InteractionUpdate) -> apb.AgentServerMessage:
+    return A(interaction_update=update)

@@ -77,7 +77,7 @@ class CallIO(Protocol):
         args: Message,
         *,
         results: frozenset[str],
-        stream: Callable[[str, Message], Awaitable[bool] | bool] | None = None,
+        stream: Callable[[str, Message], bool] | None = None,
         abortable: bool = True,
         envelope: Mapping[str, Any] | None = None,
     ) -> tuple[str, Message]:
