@@ -18,7 +18,7 @@ import httpx
 from byok.agent.config import ModelRoute
 from byok.agent.errors import RunError
 from byok.agent.providers import adapter_for
-from byok.agent.providers.base import ModelCycle, ModelEvent, ModelRequest
+from byok.agent.providers.base import ModelCycle, ModelEvent, ModelRequest, SseEvent
 from byok.agent.providers.io import CallMetrics, stream_model
 from byok.agent.transcript import TextPart, UserItem
 
@@ -43,6 +43,18 @@ def route(kind: str, **overrides: object) -> ModelRoute:
 def request(kind: str, **route_overrides: object) -> ModelRequest:
     return ModelRequest(route=route(kind, **route_overrides), system="sys",
                         items=(UserItem(parts=(TextPart("hi"),)),))
+
+
+def sse_events(body: bytes) -> list[SseEvent]:
+    """The body decoded by httpx-sse's decoders, for feeding a Fold directly (no IO)."""
+    from httpx_sse._decoders import SSEDecoder, SSELineDecoder
+
+    lines, decoder, out = SSELineDecoder(), SSEDecoder(), []
+    for line in lines.decode(body.decode()) + lines.flush():
+        sse = decoder.decode(line)
+        if sse is not None:
+            out.append(SseEvent(event=sse.event, data=sse.data))
+    return out
 
 
 class _Chunks(httpx.AsyncByteStream):

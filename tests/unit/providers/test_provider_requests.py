@@ -1,0 +1,301 @@
+"""Golden request bodies per dialect: transcript mapping, replay state (only our own kind), tool result
+grouping, images, the config knobs and nothing else, config errors, key redaction."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from byok.agent.errors import ConfigError, InternalError
+from byok.agent.providers import ADAPTERS, adapter_for
+from byok.agent.providers.base import HttpRequest, ModelRequest, redact_headers
+from byok.agent.transcript import (
+    AssistantItem, ImagePart, TextPart, ToolCall, ToolResultItem, ToolSpec, UserItem,
+)
+from tests.support.provider_replay import TEST_KEY, route
+
+READ_SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+TOOLS = (ToolSpec("Read", "Read a file", READ_SCHEMA), ToolSpec("ReadLints", "Lints"))
+CALL_A = ToolCall("call_a", "Read", '{"path": "a.py"}', index=0)
+CALL_B = ToolCall("call_b", "Grep", '{"pattern":"x"}', index=1)
+
+REPLAY = {
+    "openai_chat": {"kind": "openai_chat", "reasoning_content": "I should read"},
+    "openai_responses": {"kind": "openai_responses", "output": [
+        {"id": "rs_1", "type": "reasoning", "summary": [{"type": "summary_text", "text": "I should read"}],
+         "encrypted_content": "ENC=="},
+        {"id": "msg_1", "type": "message", "status": "completed", "role": "assistant",
+         "content": [{"type": "output_text", "text": "Reading.", "annotations": []}]},
+        {"id": "fc_a", "type": "function_call", "status": "completed", "call_id": "call_a", "name": "Read",
+         "arguments": '{"path": "a.py"}'},
+        {"id": "fc_b", "type": "function_call", "status": "completed", "call_id": "call_b", "name": "Grep",
+         "arguments": '{"pattern":"x"}'},
+    ]},
+    "anthropic": {"kind": "anthropic", "content": [
+        {"type": "thinking", "thinking": "I should read", "signature": "SIG=="},
+        {"type": "text", "text": "Reading."},
+        {"type": "tool_use", "id": "call_a", "name": "Read", "input": {"path": "a.py"}},
+        {"type": "tool_use", "id": "call_b", "name": "Grep", "input": {"pattern": "x"}},
+    ]},
+}
+
+
+def transcript(replay: dict | None) -> tuple:
+    return (
+        UserItem(parts=(TextPart("Look at this"), ImagePart("image/png", "iVBORw0KGgo="))),
+        # calls deliberately out of index order: builders replay them by provider index
+        AssistantItem(text="Reading.", thinking="I should read", tool_calls=(CALL_B, CALL_A), replay=replay),
+        ToolResultItem("call_b", "Grep", "no matches"),  # completion order: b finished first
+        ToolResultItem("call_a", "Read", "error: not found", is_error=True),
+        UserItem(parts=(TextPart("Now answer"), TextPart("briefly"))),
+        AssistantItem(text="Done."),
+        UserItem(parts=(TextPart("thanks"),)),
+    )
+
+
+def build(kind: str, items: tuple | None = None, tools: tuple = TOOLS, **route_overrides: object) -> HttpRequest:
+    req = ModelRequest(route=route(kind, **route_overrides), system="You are a test.",
+                       items=items if items is not None else transcript(REPLAY[kind]), tools=tools)
+    return adapter_for(kind).build_request(req)
+
+
+# ---- OpenAI Chat ---------------------------------------------------------------------------------
+
+CHAT_TOOL_CALLS = [
+    {"id": "call_a", "type": "function", "function": {"name": "Read", "arguments": '{"path": "a.py"}'}},
+    {"id": "call_b", "type": "function", "function": {"name": "Grep", "arguments": '{"pattern":"x"}'}},
+]
+
+
+def test_chat_golden_body():
+    r = build("openai_chat")
+    assert r.url == "https://llm.example.test/v1/chat/completions"
+    assert r.headers == {"content-type": "application/json", "accept": "text/event-stream",
+                         "authorization": f"Bearer {TEST_KEY}"}
+    assert r.body == {
+        "model": "test-model",
+        "messages": [
+            {"role": "system", "content": "You are a test."},
+            {"role": "user", "content": [
+                {"type": "text", "text": "Look at this"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]},
+            {"role": "assistant", "content": "Reading.", "tool_calls": CHAT_TOOL_CALLS,
+             "reasoning_content": "I should read"},
+            {"role": "tool", "tool_call_id": "call_b", "content": "no matches"},
+            {"role": "tool", "tool_call_id": "call_a", "content": "error: not found"},
+            {"role": "user", "content": "Now answer\n\nbriefly"},
+            {"role": "assistant", "content": "Done."},
+            {"role": "user", "content": "thanks"},
+        ],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "tools": [
+            {"type": "function", "function": {"name": "Read", "description": "Read a file", "parameters": READ_SCHEMA}},
+            {"type": "function", "function": {"name": "ReadLints", "description": "Lints",
+                                              "parameters": {"type": "object", "properties": {}}}},
+        ],
+    }
+
+
+def test_chat_reasoning_content_only_from_own_replay_and_never_empty():
+    for replay in (REPLAY["anthropic"], REPLAY["openai_responses"], {"kind": "openai_chat", "reasoning_content": ""},
+                   None):
+        assistant = build("openai_chat", items=transcript(replay)).body["messages"][2]
+        assert "reasoning_content" not in assistant
+        assert assistant["tool_calls"] == CHAT_TOOL_CALLS
+    # a plain answer never carries it, even with replay state (DeepSeek rejects it there)
+    items = (UserItem(parts=(TextPart("q"),)), AssistantItem(text="a", replay=REPLAY["openai_chat"]))
+    assert build("openai_chat", items=items).body["messages"][-1] == {"role": "assistant", "content": "a"}
+
+
+def test_chat_tool_calls_without_text_send_null_content():
+    items = (UserItem(parts=(TextPart("q"),)), AssistantItem(tool_calls=(CALL_A,)),
+             ToolResultItem("call_a", "Read", "ok"))
+    assistant = build("openai_chat", items=items).body["messages"][2]
+    assert assistant["content"] is None and assistant["tool_calls"] == CHAT_TOOL_CALLS[:1]
+
+
+def test_chat_knobs_only_when_configured_and_extra_body_last():
+    plain = build("openai_chat", tools=()).body
+    assert set(plain) == {"model", "messages", "stream", "stream_options"}
+    r = build("openai_chat", tools=(), reasoning_effort="high", max_output_tokens=8192,
+              extra_body={"max_tokens": 512, "stream_options": {"continuous_usage_stats": False},
+                          "thinking": {"type": "enabled"}})
+    assert r.body["reasoning_effort"] == "high"
+    assert r.body["max_tokens"] == 512  # only because extra_body says so; max_output_tokens is not sent
+    assert "max_completion_tokens" not in r.body and "temperature" not in r.body
+    assert r.body["stream_options"] == {"include_usage": True, "continuous_usage_stats": False}
+    assert r.body["thinking"] == {"type": "enabled"}
+
+
+# ---- OpenAI Responses ----------------------------------------------------------------------------
+
+
+def test_responses_golden_body_replays_output_items_verbatim():
+    r = build("openai_responses")
+    assert r.url == "https://llm.example.test/v1/responses"
+    assert r.headers["authorization"] == f"Bearer {TEST_KEY}"
+    assert r.body == {
+        "model": "test-model",
+        "instructions": "You are a test.",
+        "input": [
+            {"type": "message", "role": "user", "content": [
+                {"type": "input_text", "text": "Look at this"},
+                {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="}]},
+            *REPLAY["openai_responses"]["output"],
+            {"type": "function_call_output", "call_id": "call_b", "output": "no matches"},
+            {"type": "function_call_output", "call_id": "call_a", "output": "error: not found"},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Now answer"},
+                                                             {"type": "input_text", "text": "briefly"}]},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Done."}]},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "thanks"}]},
+        ],
+        "stream": True,
+        "tools": [
+            {"type": "function", "name": "Read", "description": "Read a file", "parameters": READ_SCHEMA,
+             "strict": False},
+            {"type": "function", "name": "ReadLints", "description": "Lints",
+             "parameters": {"type": "object", "properties": {}}, "strict": False},
+        ],
+    }
+    assert "previous_response_id" not in r.body
+
+
+def test_responses_reasoning_effort_sets_stateless_reasoning_and_drops_server_ids():
+    replay = copy.deepcopy(REPLAY["openai_responses"])
+    replay["output"].insert(0, {"id": "rs_0", "type": "reasoning", "summary": []})  # no encrypted content
+    r = build("openai_responses", items=transcript(replay), reasoning_effort="medium")
+    assert r.body["reasoning"] == {"effort": "medium", "summary": "auto"}
+    assert r.body["include"] == ["reasoning.encrypted_content"]
+    assert r.body["store"] is False
+    replayed = r.body["input"][1:5]
+    assert replayed == [{k: v for k, v in item.items() if k != "id"} for item in REPLAY["openai_responses"]["output"]]
+    assert replayed[0]["encrypted_content"] == "ENC=="
+
+
+def test_responses_extra_body_merges_into_reasoning():
+    r = build("openai_responses", tools=(), reasoning_effort="high", extra_body={"reasoning": {"summary": "detailed"}})
+    assert r.body["reasoning"] == {"effort": "high", "summary": "detailed"}
+    plain = build("openai_responses", tools=()).body
+    assert set(plain) == {"model", "instructions", "input", "stream"}
+
+
+def test_responses_foreign_replay_is_rebuilt_from_the_transcript():
+    r = build("openai_responses", items=transcript(REPLAY["anthropic"]))
+    assert r.body["input"][1:4] == [
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Reading."}]},
+        {"type": "function_call", "call_id": "call_a", "name": "Read", "arguments": '{"path": "a.py"}'},
+        {"type": "function_call", "call_id": "call_b", "name": "Grep", "arguments": '{"pattern":"x"}'},
+    ]
+    assert all(i.get("type") != "reasoning" for i in r.body["input"])
+
+
+def test_responses_replay_that_does_not_match_the_calls_is_an_internal_error():
+    replay = copy.deepcopy(REPLAY["openai_responses"])
+    replay["output"].pop()
+    with pytest.raises(InternalError):
+        build("openai_responses", items=transcript(replay))
+
+
+# ---- Anthropic -----------------------------------------------------------------------------------
+
+
+def test_anthropic_golden_body_groups_tool_results_into_one_user_turn():
+    r = build("anthropic")
+    assert r.url == "https://llm.example.test/v1/messages"
+    assert r.headers == {"content-type": "application/json", "accept": "text/event-stream",
+                         "x-api-key": TEST_KEY, "anthropic-version": "2023-06-01"}
+    assert r.body == {
+        "model": "test-model",
+        "max_tokens": 1024,
+        "system": "You are a test.",
+        "messages": [
+            {"role": "user", "content": [
+                {"type": "text", "text": "Look at this"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}]},
+            {"role": "assistant", "content": REPLAY["anthropic"]["content"]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "call_b", "content": "no matches"},
+                {"type": "tool_result", "tool_use_id": "call_a", "content": "error: not found", "is_error": True},
+                {"type": "text", "text": "Now answer"},
+                {"type": "text", "text": "briefly"}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "Done."}]},
+            {"role": "user", "content": [{"type": "text", "text": "thanks"}]},
+        ],
+        "stream": True,
+        "tools": [
+            {"name": "Read", "description": "Read a file", "input_schema": READ_SCHEMA},
+            {"name": "ReadLints", "description": "Lints", "input_schema": {"type": "object", "properties": {}}},
+        ],
+    }
+
+
+def test_anthropic_never_sends_foreign_thinking():
+    r = build("anthropic", items=transcript(REPLAY["openai_chat"]))
+    assert r.body["messages"][1] == {"role": "assistant", "content": [
+        {"type": "text", "text": "Reading."},
+        {"type": "tool_use", "id": "call_a", "name": "Read", "input": {"path": "a.py"}},
+        {"type": "tool_use", "id": "call_b", "name": "Grep", "input": {"pattern": "x"}},
+    ]}
+
+
+def test_anthropic_thinking_budget_and_nothing_invented():
+    plain = build("anthropic", tools=()).body
+    assert set(plain) == {"model", "max_tokens", "system", "messages", "stream"}
+    r = build("anthropic", tools=(), thinking_budget_tokens=2048, extra_body={"top_k": 5})
+    assert r.body["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+    assert r.body["top_k"] == 5
+
+
+def test_anthropic_empty_assistant_is_left_out():
+    items = (UserItem(parts=(TextPart("q"),)), AssistantItem(text=""), UserItem(parts=(TextPart("again"),)))
+    assert build("anthropic", items=items, tools=()).body["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "q"}, {"type": "text", "text": "again"}]}]
+
+
+# ---- config errors and secrets -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", sorted(ADAPTERS))
+def test_unset_key_env_var_is_a_bad_key_config_error_naming_it(kind: str, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("BYOK_TEST_UNSET_KEY", raising=False)
+    with pytest.raises(ConfigError) as info:
+        build(kind, api_key=None, api_key_env="BYOK_TEST_UNSET_KEY")
+    assert info.value.bad_key and "BYOK_TEST_UNSET_KEY" in info.value.message
+    assert info.value.to_connect().code.value == "failed_precondition"
+
+
+@pytest.mark.parametrize("kind", sorted(ADAPTERS))
+def test_key_from_env_and_no_auth_header_without_any_key(kind: str, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("BYOK_TEST_KEY", "env-key-123456")
+    headers = build(kind, api_key=None, api_key_env="BYOK_TEST_KEY").headers
+    assert "env-key-123456" in " ".join(headers.values())
+    local = build(kind, api_key=None, api_key_env=None).headers  # a local server without auth
+    assert not {"authorization", "x-api-key"} & set(local)
+
+
+def test_anthropic_without_max_output_tokens_is_a_config_error():
+    with pytest.raises(ConfigError, match="max_output_tokens"):
+        build("anthropic", max_output_tokens=None)
+
+
+@pytest.mark.parametrize("kind,knob", [("openai_chat", {"thinking_budget_tokens": 1000}),
+                                       ("openai_responses", {"thinking_budget_tokens": 1000}),
+                                       ("anthropic", {"reasoning_effort": "high"})])
+def test_a_knob_the_dialect_cannot_express_is_a_config_error(kind: str, knob: dict):
+    with pytest.raises(ConfigError):
+        build(kind, **knob)
+
+
+def test_unknown_kind_is_a_config_error():
+    with pytest.raises(ConfigError, match="Unknown provider kind"):
+        adapter_for("gemini")
+
+
+@pytest.mark.parametrize("kind", sorted(ADAPTERS))
+def test_keys_never_show_in_repr(kind: str):
+    r = build(kind, extra_headers={"x-custom": "visible"})
+    assert TEST_KEY not in repr(r) and TEST_KEY not in repr(route(kind))
+    assert TEST_KEY not in str(redact_headers(r.headers))
+    assert redact_headers(r.headers)["x-custom"] == "visible"
