@@ -32,14 +32,14 @@ from .config import ModelRoute
 from .cursor import context as request_context
 from .cursor import projection as proj
 from .cursor import updates
-from .errors import AlreadyExists, ConfigError, ProtocolError, ProviderError, RunCanceled
+from .errors import AlreadyExists, ConfigError, ProtocolError, RunCanceled
 from .providers import adapter_for
 from .providers.base import (
-    Done, ModelCycle, ModelRequest, TextDelta, ThinkingDelta, ThinkingEnd, ThinkingStart, Usage,
+    Done, ModelCycle, ModelRequest, TextDelta, ThinkingDelta, ThinkingEnd, ThinkingStart, ToolCallStart, Usage,
 )
 from .providers.io import CallMetrics, stream_model
 from .run import Run
-from .transcript import AssistantItem, TextPart
+from .transcript import AssistantItem, TextPart, ToolCall
 
 log = logging.getLogger("byok.loop")
 
@@ -79,6 +79,7 @@ class CallResult:
     usage: dict | None
     thinking_ms: int | None
     model_call_id: str
+    cards: object = None
 
 
 class Turn:
@@ -111,6 +112,12 @@ class Turn:
             mode=self._mode_enum(),
             max_tokens=self.route.context_tokens,
         )
+        from . import tool_round
+
+        self.tool_context = tool_round.tool_context(request, self.conversation_id, self.mode.name)
+        self.offered_tools = _offered_tools(self.mode)
+        self.execs = tool_round.new_exec_table(run)
+        run.execs = self.execs
         await self._load_base()
         action = request.action.WhichOneof("action")
         if action == "user_message_action":
@@ -249,12 +256,25 @@ class Turn:
     # ---- the model loop ---------------------------------------------------------------------------
 
     async def _model_loop(self) -> None:
+        from .tool_round import Round
+
         while True:
             result = await self._model_call()
             if result.done.reason == "stop":
                 await self._finish_text(result)
                 return
-            raise ProviderError("tool calls are not supported in this version", retryable=False)
+            await Round(self, result, [result.cards.calls[i] for i in sorted(result.cards.calls)]).run()
+
+    async def _complete_call(self, round_id: str, call_index: int, new: list[NewMessage], *, is_error: bool) -> None:
+        try:
+            _, revision = await self.svc.store.complete_call(
+                round_id, call_index, self.conversation_id, self.revision, new,
+                fence_request_id=self.run.request_id, is_error=is_error,
+            )
+        except StaleRun as e:
+            raise RunCanceled(str(e)) from None
+        self.messages = await self.svc.store.messages(revision)
+        self.revision = revision
 
     async def _finish_text(self, result: CallResult) -> None:
         before = self.messages
@@ -287,6 +307,9 @@ class Turn:
             "provider_kind": route.kind, "model_public_id": route.public_id, "model": route.model_id,
             "started_at": started, "message_count": len(items), "tool_count": len(self.mode.tools),
         })
+        from .tool_round import Cards
+
+        cards = Cards(self, model_call_id)
         metrics = CallMetrics()
         cycle = ModelCycle()
         raw = bytearray() if self.svc.verbose_llm else None
@@ -298,6 +321,7 @@ class Turn:
             ) as events:
                 async for event in events:
                     self._on_event(event, thinking)
+                    cards.on_event(event)
         except (ProviderError, ConfigError) as e:
             await self._finish_llm(llm_id, metrics, cycle, status="error", error=e.message, raw=raw)
             raise
@@ -311,10 +335,12 @@ class Turn:
         item = AssistantItem(
             text="".join(cycle.text),
             thinking="".join(cycle.thinking),
-            tool_calls=(),
+            tool_calls=tuple(
+                ToolCall(c.call_id, c.name, c.arguments, c.index) for _, c in sorted(cards.calls.items())
+            ),
             replay=cycle.done.replay if cycle.done else None,
         )
-        return CallResult(item, cycle.done, usage, thinking.total_ms or None, model_call_id)
+        return CallResult(item, cycle.done, usage, thinking.total_ms or None, model_call_id, cards)
 
     def _on_event(self, event, thinking: "_ThinkingTimer") -> None:
         run = self.run
@@ -328,6 +354,8 @@ class Turn:
         elif isinstance(event, TextDelta):
             thinking.end(self)
             run.emit(updates.text_delta(event.text))
+        elif isinstance(event, ToolCallStart):
+            thinking.end(self)
         elif isinstance(event, Usage):
             if event.output_tokens is not None:
                 run.emit(updates.token_delta(event.output_tokens))
@@ -369,6 +397,19 @@ class _ThinkingTimer:
         self._started = None
         self.total_ms += ms
         turn.run.emit(updates.thinking_completed(ms))
+
+
+def _offered_tools(mode: ModeAssets) -> dict:
+    """This run's tool set: a name outside it is the model's mistake (a tool error it sees)."""
+    from .cursor.tools import registry
+
+    offered = {}
+    for name in mode.tool_names:
+        tool = registry.lookup(name)
+        if tool is None:
+            raise ConfigError(f"mode {mode.name!r} offers tool {name!r}, which has no implementation")
+        offered[name] = tool
+    return offered
 
 
 def make_turn_factory(services: Services):

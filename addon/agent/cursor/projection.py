@@ -80,6 +80,8 @@ class Projection:
     blobs: dict[bytes, bytes] = field(default_factory=dict)
     """Every blob this projection renders, children before parents."""
     roots_digest: str = ""
+    last_turn_steps: int = 0
+    """Steps in the current (last) turn: the base of UpdateCurrentStep's message_index."""
 
     def state_bytes(self) -> bytes:
         return self.state.SerializeToString(deterministic=True)
@@ -354,7 +356,48 @@ def project(
     state.root_prompt_messages_json.extend(roots)
     state.turns.extend(turn_ids)
     _token_details(state, ctx, last_usage, runtime_texts, folded)
-    return Projection(state=state, blobs=b.blobs, roots_digest=roots_digest(roots))
+    _fold_tool_state(b, state, messages)
+    return Projection(state=state, blobs=b.blobs, roots_digest=roots_digest(roots),
+                      last_turn_steps=len(turns[-1].steps) if turns else 0)
+
+
+def _fold_tool_state(b: _Builder, state: apb.ConversationStateStructure, messages: Sequence) -> None:
+    """Todos and read paths are derived from the completed tool calls in history, never stored twice.
+    Without any TodoWrite in history the client's todos are echoed; read paths extend the client's."""
+    todos: list[apb.TodoItem] | None = None
+    read_paths = list(state.read_paths)
+    seen = set(read_paths)
+    for msg in messages:
+        p = msg.payload
+        if p["kind"] != "tool" or p.get("is_error"):
+            continue
+        call = apb.ToolCall.FromString(unb64(p["tool_call"]))
+        variant = call.WhichOneof("tool")
+        if variant == "update_todos_tool_call" and call.update_todos_tool_call.result.HasField("success"):
+            todos = list(call.update_todos_tool_call.result.success.todos)
+        elif variant == "read_tool_call" and call.read_tool_call.result.HasField("success"):
+            path = call.read_tool_call.args.path
+            if path and path not in seen:
+                seen.add(path)
+                read_paths.append(path)
+    if todos is not None:
+        # Each todo is a blob holding one agent.v1.TodoItem (the field is repeated blob ids).
+        state.ClearField("todos")
+        state.todos.extend(b.blob(t.SerializeToString(deterministic=True)) for t in todos)
+    del state.read_paths[:]
+    state.read_paths.extend(read_paths)
+
+
+def current_todos(messages: Sequence) -> list[apb.TodoItem]:
+    """The todo list as the last successful TodoWrite in history left it."""
+    todos: list[apb.TodoItem] = []
+    for msg in messages:
+        p = msg.payload
+        if p["kind"] == "tool" and not p.get("is_error") and p["name"] == "TodoWrite":
+            call = apb.ToolCall.FromString(unb64(p["tool_call"]))
+            if call.update_todos_tool_call.result.HasField("success"):
+                todos = list(call.update_todos_tool_call.result.success.todos)
+    return todos
 
 
 def _unchanged_import(turn: _Turn, messages: Sequence) -> bool:

@@ -1,0 +1,242 @@
+"""Tool calls of one model call: live cards while the model streams, then the tool round.
+
+Cards (streamed as the provider produces the call):
+    toolcall start  -> partial_tool_call (typed, empty placeholder)
+    args delta      -> partial_tool_call(args_text_delta) (+ the tool's live stream, e.g. edit content)
+    args complete   -> parse + validate -> tool_call_started (args, started_at_ms)
+
+Round (after done(tool_use)):
+    persist the round (assistant + all calls) -> staged checkpoint (stable roots unchanged, the
+    pending assistant inline) -> run every call concurrently on its ONE transport -> per result,
+    atomically append assistant(call) -> tool(result) in completion order, then tool_call_completed
+    -> all done: SET blobs, ACK barrier, settled checkpoint -> the next provider call.
+
+The model's mistakes (unknown tool, arguments that are not JSON or break the schema) become a tool
+error result it sees; the client's violations (raised by the exec table) end the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from google.protobuf.message import Message
+
+from byok.proto import agent_pb2 as apb
+from byok.store import NewMessage
+
+from . import history
+from .cursor import projection as proj
+from .cursor import updates
+from .cursor.tools import registry
+from .cursor.tools.base import ArgsStream, RunToolContext, ToolArgsError, ToolDef, ToolOutcome
+from .cursor.tools.dispatch import CallPort, ExecTable
+from .errors import RunError
+from .providers.base import ToolCallDelta, ToolCallEnd, ToolCallStart
+from .transcript import AssistantItem, ToolCall, ToolResultItem
+
+if TYPE_CHECKING:
+    from .loop import CallResult, Turn
+
+log = logging.getLogger("byok.tools")
+
+
+@dataclass
+class CallState:
+    index: int
+    call_id: str
+    name: str
+    model_call_id: str
+    tool: ToolDef | None
+    arguments: str = ""
+    json_args: dict | None = None
+    card_args: Message | None = None
+    error: str | None = None
+    started_at_ms: int | None = None
+    stream: ArgsStream | None = None
+
+    def card(self, args: Message | None = None, result: Message | None = None) -> apb.ToolCall:
+        call = self.tool.tool_call(args, result) if self.tool else apb.ToolCall(tool_call_id=self.call_id)
+        if self.started_at_ms is not None:
+            call.started_at_ms = self.started_at_ms
+        return call
+
+
+class Cards:
+    """Turns one model call's tool-call events into Cursor's live cards."""
+
+    def __init__(self, turn: "Turn", model_call_id: str) -> None:
+        self.turn = turn
+        self.model_call_id = model_call_id
+        self.calls: dict[int, CallState] = {}
+
+    def on_event(self, event) -> None:
+        if isinstance(event, ToolCallStart):
+            self._start(event)
+        elif isinstance(event, ToolCallDelta):
+            self._delta(event)
+        elif isinstance(event, ToolCallEnd):
+            self._end(event)
+
+    def _start(self, event: ToolCallStart) -> None:
+        tool = self.turn.offered_tools.get(event.name)
+        state = CallState(event.index, event.call_id, event.name, self.model_call_id, tool)
+        if tool is None:
+            state.error = "unknown"
+        elif tool.stream is not None:
+            state.stream = tool.stream(event.call_id, self.model_call_id)
+        self.calls[event.index] = state
+        self.turn.run.emit(updates.partial_tool_call(state.call_id, self.model_call_id, state.card()))
+
+    def _delta(self, event: ToolCallDelta) -> None:
+        state = self.calls[event.index]
+        state.arguments += event.arguments_delta
+        run = self.turn.run
+        run.emit(updates.partial_tool_call(state.call_id, self.model_call_id, state.card(),
+                                           args_text_delta=event.arguments_delta))
+        if state.stream is not None:
+            for update in state.stream.feed(event.arguments_delta):
+                run.emit(updates.interaction(update))
+
+    def _end(self, event: ToolCallEnd) -> None:
+        state = self.calls[event.index]
+        state.arguments = event.arguments
+        state.started_at_ms = self.turn.svc.clock.wall_ms()
+        if state.tool is not None:
+            try:
+                text = event.arguments.strip()
+                parsed = json.loads(text) if text else {}
+                if not isinstance(parsed, dict):
+                    raise ToolArgsError("the arguments must be a JSON object")
+                state.card_args = state.tool.parse(parsed, state.call_id, self.turn.tool_context)
+                state.json_args = parsed
+            except json.JSONDecodeError as e:
+                state.error = f"The arguments of {state.name} are not valid JSON: {e}"
+            except ToolArgsError as e:
+                state.error = f"Invalid arguments for {state.name}: {e}"
+        self.turn.run.emit(updates.tool_call_started(state.call_id, self.model_call_id, state.card(state.card_args)))
+
+
+@dataclass
+class Round:
+    turn: "Turn"
+    result: "CallResult"
+    calls: list[CallState]
+    round_id: str = ""
+    committed: int = 0
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def item(self) -> AssistantItem:
+        return self.result.item
+
+    async def run(self) -> None:
+        turn = self.turn
+        svc, run = turn.svc, turn.run
+        self.round_id = svc.ids.new("round")
+        started_at = svc.clock.wall_ms()
+        await svc.store.stage_round(
+            self.round_id, turn.conversation_id, run.request_id, turn.revision,
+            proj.assistant_json(self.item), [(c.index, c.call_id, c.name) for c in self.calls],
+            created_at_ms=started_at,
+        )
+        staged = await turn._project(turn.messages, proj.Pending(
+            self.item, self.result.thinking_ms, self.result.usage, started_at_ms=started_at))
+        await turn._publish(staged, revision=None)
+        self.base_steps = staged.last_turn_steps
+        try:
+            async with asyncio.TaskGroup() as group:
+                for position, state in enumerate(self.calls):
+                    group.create_task(self._call(state, position))
+        except BaseExceptionGroup as group_error:  # surface the first run-ending error as itself
+            raise _first_error(group_error) from None
+        settled = await turn._project(turn.messages)
+        await turn._publish(settled, revision=turn.revision)
+        await svc.store.settle_round(self.round_id)
+        turn.execs.settle()
+
+    async def _call(self, state: CallState, position: int) -> None:
+        outcome = await self._execute(state, position)
+        turn = self.turn
+        completed_at = turn.svc.clock.wall_ms()
+        card_args = outcome.args if outcome.args is not None else state.card_args
+        tool_call = state.card(card_args, outcome.result)
+        tool_call.completed_at_ms = completed_at
+        tool_call_pb = tool_call.SerializeToString(deterministic=True)
+        async with self.lock:
+            first = self.committed == 0
+            self.committed += 1
+            item = self.item
+            call = ToolCall(state.call_id, state.name, state.arguments, state.index)
+            pair_assistant = AssistantItem(
+                text=item.text if first else "",
+                thinking=item.thinking if first else "",
+                tool_calls=(call,),
+                replay=item.replay if first else None,
+            )
+            a = history.assistant_payload(
+                pair_assistant, thinking_ms=self.result.thinking_ms if first else None,
+                usage=self.result.usage if first else None, model_call_id=self.result.model_call_id,
+                tool_round_id=self.round_id, round_size=len(self.calls),
+            )
+            t = history.tool_payload(
+                ToolResultItem(state.call_id, state.name, outcome.content, outcome.is_error),
+                tool_round_id=self.round_id, call_index=state.index, tool_call_pb=tool_call_pb,
+            )
+            request_id = turn.run.request_id
+            await turn._complete_call(self.round_id, state.index, [
+                NewMessage("assistant", "assistant", a, request_id=request_id),
+                NewMessage("tool", "tool", t, request_id=request_id),
+            ], is_error=outcome.is_error)
+        turn.run.emit(updates.tool_call_completed(state.call_id, state.model_call_id, tool_call))
+
+    async def _execute(self, state: CallState, position: int) -> ToolOutcome:
+        turn = self.turn
+        if state.error == "unknown":
+            return registry.unknown_tool_outcome(state.name, tuple(turn.offered_tools))
+        if state.error is not None:
+            return registry.invalid_args_outcome(state.tool, state.error)
+        context = turn.tool_context
+        extra = dict(context.extra)
+        extra["todos"] = proj.current_todos(turn.messages)
+        extra["message_index"] = self.base_steps + position + 1
+        port = CallPort(turn.execs, turn.run.emit, state.call_id, state.model_call_id, state.name,
+                        RunToolContext(**{**context.__dict__, "extra": extra}))
+        try:
+            return await state.tool.run(port, state.json_args, state.card_args)
+        except ToolArgsError as e:
+            return registry.invalid_args_outcome(state.tool, f"{state.name} failed: {e}")
+
+
+def _first_error(group: BaseExceptionGroup) -> BaseException:
+    for error in group.exceptions:
+        if isinstance(error, BaseExceptionGroup):
+            return _first_error(error)
+        if isinstance(error, RunError):
+            return error
+    return group.exceptions[0]
+
+
+def tool_context(request: apb.AgentRunRequest, conversation_id: str, mode: str) -> RunToolContext:
+    action = request.action
+    which = action.WhichOneof("action")
+    request_context = (
+        action.user_message_action.request_context if which == "user_message_action"
+        else action.resume_action.request_context if which == "resume_action" else apb.RequestContext()
+    )
+    env = request_context.env
+    return RunToolContext(
+        conversation_id=conversation_id,
+        workspace_paths=tuple(env.workspace_paths),
+        terminals_folder=env.terminals_folder,
+        shell=env.shell,
+        admin_command_denylist=tuple(request_context.admin_command_denylist),
+        mode=mode,
+    )
+
+
+def new_exec_table(run) -> ExecTable:
+    return ExecTable(emit=run.emit, fail=run.fail)
