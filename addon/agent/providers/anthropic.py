@@ -191,10 +191,12 @@ class Fold:
             block["_parts"] = [block.get("thinking", "")]
             return [ThinkingStart()] + ([ThinkingDelta(block["thinking"])] if block.get("thinking") else [])
         if kind == "tool_use":
+            if not block.get("id") or not block.get("name"):
+                raise ProviderProtocolError(f"{self._provider}: tool_use block {index} without id and name")
             block["_call"] = self._calls
             block["_parts"] = []
             self._calls += 1
-            return [ToolCallStart(index=block["_call"], call_id=block.get("id", ""), name=block.get("name", ""))]
+            return [ToolCallStart(index=block["_call"], call_id=block["id"], name=block["name"])]
         return []  # redacted_thinking and block types we do not show: kept verbatim for replay
 
     def _block_delta(self, p: dict) -> list[ModelEvent]:

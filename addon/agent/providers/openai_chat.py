@@ -32,7 +32,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Literal
 
+from ..errors import ProviderError
 from ..transcript import AssistantItem, ImagePart, TextPart, ToolResultItem, UserItem
 from . import failures
 from .base import (
@@ -40,7 +42,6 @@ from .base import (
     TextStart, ThinkingDelta, ThinkingEnd, ThinkingStart, ToolCallDelta, ToolCallEnd, ToolCallStart, Usage,
 )
 from .common import api_key, data_url, endpoint, json_headers, merge_extra_body, reject_knob, schema
-from ..errors import ProviderError
 
 KIND = "openai_chat"
 PATH = "/chat/completions"
@@ -247,6 +248,7 @@ class Fold:
             raise ProviderError(f"{self._provider}: the stream ended ([DONE]) without a finish_reason.")
         self._done = True
         out: list[ModelEvent] = [self._usage] if self._usage is not None else []
+        reason: Literal["stop", "tool_use", "length"]
         if self._finish == "length":
             reason = "length"
         elif self._finish in ("tool_calls", "function_call") or self._calls:

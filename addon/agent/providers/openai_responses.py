@@ -184,9 +184,11 @@ class Fold:
             return []
         if oi in self._calls:
             raise ProviderProtocolError(f"{self._provider}: output item {oi} added twice")
+        if not item.get("call_id") or not item.get("name"):
+            raise ProviderProtocolError(f"{self._provider}: function_call {oi} without call_id and name")
         self._calls[oi] = len(self._calls)
         self._open[oi] = "tool"
-        return [ToolCallStart(index=self._calls[oi], call_id=item.get("call_id", ""), name=item.get("name", ""))]
+        return [ToolCallStart(index=self._calls[oi], call_id=item["call_id"], name=item["name"])]
 
     def _item_done(self, p: dict) -> list[ModelEvent]:
         item, oi = p.get("item") or {}, p.get("output_index")
