@@ -39,11 +39,15 @@ from .providers.base import (
 )
 from .providers.io import CallMetrics, stream_model
 from .run import Run
-from .transcript import AssistantItem, TextPart, ToolCall
+from .transcript import AssistantItem, TextPart, ToolCall, UserItem
 
 log = logging.getLogger("byok.loop")
 
 USAGE_KEYS = updates.USAGE_FIELDS
+CONTINUE_PROMPT = (
+    "<system_reminder>The conversation was resumed after an interruption. Continue from where you "
+    "left off; if the task is complete, say so briefly.</system_reminder>"
+)
 
 
 @dataclass
@@ -92,6 +96,7 @@ class Turn:
         self.messages: list[StoredMessage] = []
         self.revision: int | None = None
         self.usage_totals: dict = {}
+        self.blobs: dict[bytes, bytes] = {}
         self.call_index = -1
 
     # ---- entry --------------------------------------------------------------------------------
@@ -122,9 +127,21 @@ class Turn:
         action = request.action.WhichOneof("action")
         if action == "user_message_action":
             await self._begin_user_turn()
+        elif action == "resume_action":
+            await self._resume()
         else:
             raise ProtocolError(f"unsupported run action {action!r}")
         await self._model_loop()
+
+    async def _resume(self) -> None:
+        """A dropped stream, retried from the client's last eligible checkpoint. A staged round in it
+        is finished first: its tools run again, with no new model call."""
+        pending = list(self.request.conversation_state.pending_tool_calls)
+        if not pending:
+            return
+        from .tool_round import restored_round
+
+        await restored_round(self, proj.parse_pending(pending[0])).run()
 
     def _route(self) -> ModelRoute:
         from .runtime import requested_model_id
@@ -170,32 +187,73 @@ class Turn:
     # ---- base revision ----------------------------------------------------------------------------
 
     async def _load_base(self) -> None:
+        """Find where the client is: the revision its checkpoint maps to (importing it when this
+        store never published it), and which blobs it already holds."""
         state = self.request.conversation_state
         roots = list(state.root_prompt_messages_json)
         if roots:
             known, revision = await self.svc.store.find_published(self.conversation_id, proj.roots_digest(roots))
             if not known:
-                raise ProtocolError(
-                    "the client's checkpoint is not one this store published (import is not available yet)"
-                )
+                from .cursor.importer import import_checkpoint
+
+                log.info("[%s] importing the client's checkpoint (%d roots, %d turns)",
+                         self.run.request_id, len(roots), len(state.turns))
+                revision = await import_checkpoint(self, state)
             self.revision = revision
-        self.messages = await self.svc.store.messages(self.revision)
-        await self.svc.store.set_run_base(self.run.request_id, self.revision)
-        base = await self._project(self.messages)
-        system_id = proj.sha256(proj.system_root(self.system_prompt))
+        await self._use_revision(self.revision)
         held = self.run.held_blobs
         held.update(roots)
         held.update(state.turns)
+        await self._hold_base()
+
+    async def _use_revision(self, revision: int | None) -> None:
+        self.revision = revision
+        self.messages = await self.svc.store.messages(revision)
+        self.blobs = await self._import_blobs(self.messages)
+        await self.svc.store.set_run_base(self.run.request_id, revision)
+
+    async def _hold_base(self) -> None:
+        """Everything the base projection references is on the client already (it published it),
+        except a system root this run changes (a new mode or model)."""
+        state = self.request.conversation_state
+        base = await self._project(self.messages)
+        system_id = proj.sha256(proj.system_root(self.system_prompt))
+        held = self.run.held_blobs
         held.update(bid for bid in base.blobs if bid != system_id)
-        if roots and roots[0] == system_id:
+        if state.root_prompt_messages_json and state.root_prompt_messages_json[0] == system_id:
             held.add(system_id)
         self.base_state_bytes = base.state_bytes()
+
+    async def _import_blobs(self, messages) -> dict[bytes, bytes]:
+        ids = []
+        for m in messages:
+            if m.payload["kind"] == "import":
+                ids += [bytes.fromhex(h) for h in m.payload["roots"]]
+                if m.payload.get("open_turn"):
+                    ids.append(bytes.fromhex(m.payload["open_turn"]["id"]))
+        return await self.svc.store.get_blobs(ids) if ids else {}
+
+    async def _append_import(self, new: list[NewMessage], base: int | None) -> int | None:
+        try:
+            return await self.svc.store.append(self.conversation_id, base, new, fence_request_id=self.run.request_id)
+        except StaleRun as e:
+            raise RunCanceled(str(e)) from None
 
     # ---- the runtime user message ---------------------------------------------------------------
 
     async def _begin_user_turn(self) -> None:
         run = self.run
         action = self.request.action.user_message_action
+        if action.user_message.message_id:
+            # An edited earlier message reuses its message_id: go back to the revision before it
+            # was first sent and branch from there (the old suffix stays stored, unreachable).
+            existed, anchored = await self.svc.store.anchor_input(
+                self.conversation_id, f"cursor:user:{action.user_message.message_id}", self.revision)
+            if existed and anchored != self.revision:
+                log.info("[%s] user message %s was edited: branching from revision %s",
+                         run.request_id, action.user_message.message_id, anchored)
+                await self._use_revision(anchored)
+                await self._hold_base()
         event_id = f"run-request:{run.request_id}"
         existing = await self.svc.store.runtime_event(self.conversation_id, event_id)
         if existing is not None:
@@ -222,7 +280,7 @@ class Turn:
 
     async def _project(self, messages, pending: proj.Pending | None = None) -> proj.Projection:
         # Hashing a long history is real work: keep it off the event loop.
-        return await asyncio.to_thread(proj.project, messages, self.ctx, pending=pending)
+        return await asyncio.to_thread(proj.project, messages, self.ctx, blobs=self.blobs, pending=pending)
 
     def _render_runtime(self, action: apb.UserMessageAction, parts=None) -> str:
         return request_context.runtime_text(
@@ -249,7 +307,9 @@ class Turn:
             blobs.update(p.blobs)
         await self.run.set_blobs(blobs)
         last = projections[-1]
-        await self.svc.store.record_published(self.conversation_id, last.roots_digest, revision, last.blobs.keys())
+        if revision is not None:
+            await self.svc.store.record_published(
+                self.conversation_id, last.roots_digest, revision, last.blobs.keys())
         for p in projections:
             self.run.emit(updates.checkpoint(p.state))
 
@@ -296,7 +356,10 @@ class Turn:
     async def _model_call(self) -> CallResult:
         self.call_index += 1
         run, route = self.run, self.route
-        items = history.transcript(self.messages)
+        items = history.transcript(self.messages, self.blobs)
+        if items and isinstance(items[-1], AssistantItem) and not items[-1].tool_calls:
+            # A resumed history that ends with the model's answer: ask it to go on (never stored).
+            items = (*items, UserItem((TextPart(CONTINUE_PROMPT),), wire_id="runtime:continue", transient=True))
         request = ModelRequest(route=route, system=self.system_prompt, items=items, tools=self.mode.tools)
         adapter = adapter_for(route.kind)
         model_call_id = self.svc.ids.new("model-call")

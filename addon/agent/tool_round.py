@@ -103,21 +103,47 @@ class Cards:
 
     def _end(self, event: ToolCallEnd) -> None:
         state = self.calls[event.index]
-        state.arguments = event.arguments
-        state.started_at_ms = self.turn.svc.clock.wall_ms()
-        if state.tool is not None:
-            try:
-                text = event.arguments.strip()
-                parsed = json.loads(text) if text else {}
-                if not isinstance(parsed, dict):
-                    raise ToolArgsError("the arguments must be a JSON object")
-                state.card_args = state.tool.parse(parsed, state.call_id, self.turn.tool_context)
-                state.json_args = parsed
-            except json.JSONDecodeError as e:
-                state.error = f"The arguments of {state.name} are not valid JSON: {e}"
-            except ToolArgsError as e:
-                state.error = f"Invalid arguments for {state.name}: {e}"
+        prepare(state, event.arguments, self.turn, self.turn.svc.clock.wall_ms())
         self.turn.run.emit(updates.tool_call_started(state.call_id, self.model_call_id, state.card(state.card_args)))
+
+
+def prepare(state: CallState, arguments: str, turn: "Turn", started_at_ms: int) -> None:
+    """Complete arguments: parse and validate them into the card's typed args, or record why not."""
+    state.arguments = arguments
+    state.started_at_ms = started_at_ms
+    if state.tool is None:
+        return
+    try:
+        text = arguments.strip()
+        parsed = json.loads(text) if text else {}
+        if not isinstance(parsed, dict):
+            raise ToolArgsError("the arguments must be a JSON object")
+        state.card_args = state.tool.parse(parsed, state.call_id, turn.tool_context)
+        state.json_args = parsed
+    except json.JSONDecodeError as e:
+        state.error = f"The arguments of {state.name} are not valid JSON: {e}"
+    except ToolArgsError as e:
+        state.error = f"Invalid arguments for {state.name}: {e}"
+
+
+def restored_round(turn: "Turn", pending: proj.Pending) -> "Round":
+    """The staged round of a resumed checkpoint, ready to run again (same ids, same start time)."""
+    from .loop import CallResult
+    from .providers.base import Done
+
+    model_call_id = pending.model_call_id or turn.svc.ids.new("model-call")
+    started_at = pending.started_at_ms or turn.svc.clock.wall_ms()
+    calls = []
+    for call in pending.item.tool_calls:
+        tool = turn.offered_tools.get(call.name)
+        state = CallState(call.index, call.call_id, call.name, model_call_id, tool,
+                          error=None if tool is not None else "unknown")
+        prepare(state, call.arguments, turn, started_at)
+        turn.run.emit(updates.tool_call_started(state.call_id, model_call_id, state.card(state.card_args)))
+        calls.append(state)
+    result = CallResult(pending.item, Done("tool_use", pending.item.replay), pending.usage,
+                        pending.thinking_ms, model_call_id)
+    return Round(turn, result, calls, started_at_ms=started_at)
 
 
 @dataclass
@@ -125,6 +151,7 @@ class Round:
     turn: "Turn"
     result: "CallResult"
     calls: list[CallState]
+    started_at_ms: int | None = None
     round_id: str = ""
     committed: int = 0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -137,14 +164,15 @@ class Round:
         turn = self.turn
         svc, run = turn.svc, turn.run
         self.round_id = svc.ids.new("round")
-        started_at = svc.clock.wall_ms()
+        started_at = self.started_at_ms or svc.clock.wall_ms()
         await svc.store.stage_round(
             self.round_id, turn.conversation_id, run.request_id, turn.revision,
             proj.assistant_json(self.item), [(c.index, c.call_id, c.name) for c in self.calls],
             created_at_ms=started_at,
         )
         staged = await turn._project(turn.messages, proj.Pending(
-            self.item, self.result.thinking_ms, self.result.usage, started_at_ms=started_at))
+            self.item, self.result.thinking_ms, self.result.usage, started_at_ms=started_at,
+            model_call_id=self.result.model_call_id))
         await turn._publish(staged, revision=None)
         self.base_steps = staged.last_turn_steps
         try:

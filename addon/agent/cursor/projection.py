@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 
 from byok.proto import agent_pb2 as apb
 
+from ..errors import ProtocolError
 from ..history import FoldedItem, fold, unb64
-from ..transcript import AssistantItem, ImagePart, TextPart, ToolResultItem, ToolSpec, UserItem
+from ..transcript import AssistantItem, ImagePart, TextPart, ToolCall, ToolResultItem, ToolSpec, UserItem
 
 SECTION_TAGS = {"rules": "rules", "skills": "agent_skills", "subagents": "subagents", "mcp": "mcp_meta_tools"}
 BREAKDOWN_LABELS = [
@@ -72,6 +73,57 @@ class Pending:
     usage: dict | None = None
     started_at_ms: int | None = None
     """Set for a tool round: providerOptions.cursor.pendingToolCallStartedAtMs."""
+    model_call_id: str | None = None
+
+
+def pending_json(pending: Pending) -> dict:
+    """The inline pending assistant of a staged checkpoint. Besides the assistant itself it carries
+    what a resume needs to finish the round exactly as it began (thinking time, usage, the raw
+    argument text of each call), under providerOptions.cursorByok."""
+    msg = assistant_json(pending.item, pending_started_at_ms=pending.started_at_ms)
+    extra: dict = {}
+    if pending.thinking_ms:
+        extra["thinkingMs"] = pending.thinking_ms
+    if pending.usage:
+        extra["usage"] = pending.usage
+    if pending.model_call_id:
+        extra["modelCallId"] = pending.model_call_id
+    if pending.item.tool_calls:
+        extra["calls"] = [{"index": c.index, "arguments": c.arguments} for c in pending.item.tool_calls]
+    if extra:
+        msg.setdefault("providerOptions", {}).setdefault("cursorByok", {}).update(extra)
+    return msg
+
+
+def parse_pending(text: str) -> Pending:
+    """Read back a pending assistant (ours, or one written by Cursor's backend)."""
+    try:
+        msg = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ProtocolError(f"pending tool call JSON is not valid: {e}") from e
+    if not isinstance(msg, dict) or msg.get("role") != "assistant":
+        raise ProtocolError("pending tool call JSON is not an assistant message")
+    from ..history import parse_root_json
+
+    [item] = parse_root_json(text.encode("utf-8"))
+    options = msg.get("providerOptions") or {}
+    byok = options.get("cursorByok") or {}
+    saved = byok.get("calls") or []
+    if saved and len(saved) != len(item.tool_calls):
+        raise ProtocolError("pending tool call JSON: call metadata does not match its tool calls")
+    calls = tuple(
+        ToolCall(c.call_id, c.name, saved[i]["arguments"] if saved else c.arguments,
+                 saved[i]["index"] if saved else i)
+        for i, c in enumerate(item.tool_calls)
+    )
+    item = AssistantItem(text=item.text, thinking=item.thinking, tool_calls=calls, replay=byok.get("replay"))
+    return Pending(
+        item=item,
+        thinking_ms=byok.get("thinkingMs"),
+        usage=byok.get("usage"),
+        started_at_ms=(options.get("cursor") or {}).get("pendingToolCallStartedAtMs"),
+        model_call_id=byok.get("modelCallId"),
+    )
 
 
 @dataclass
@@ -344,13 +396,19 @@ def project(
         if pending.usage:
             last_usage = pending.usage
         state.pending_tool_calls.append(
-            dumps(assistant_json(pending.item, pending_started_at_ms=pending.started_at_ms)).decode()
+            dumps(pending_json(pending)).decode()
         )
 
     turn_ids = list(imported_turns)
     for turn in turns:
         if turn.imported_id is not None and turn.user_message is None and _unchanged_import(turn, messages):
             turn_ids.append(turn.imported_id)
+        elif turn.imported_id is not None and blobs is not None and turn.imported_id in blobs:
+            # an imported turn that grew: keep every field it had, replace only the steps
+            original = apb.ConversationTurnStructure.FromString(blobs[turn.imported_id])
+            del original.agent_conversation_turn.steps[:]
+            original.agent_conversation_turn.steps.extend(turn.steps)
+            turn_ids.append(b.blob(original.SerializeToString(deterministic=True)))
         else:
             turn_ids.append(b.blob(_turn_blob(turn)))
     state.root_prompt_messages_json.extend(roots)
