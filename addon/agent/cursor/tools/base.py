@@ -121,6 +121,8 @@ class ToolDef:
     """A typed *Result saying `message` failed (for unusable args and failures)."""
     stream: Callable[[str, str], ArgsStream] | None = None
     """(call_id, model_call_id) -> decoder for streaming argument text, if the card shows it live."""
+    card_fields: Callable[[Message], Mapping[str, Any]] | None = None
+    """args -> extra scalar fields of the variant message beside args/result (ShellToolCall.description)."""
 
     def tool_call(self, args: Message | None = None, result: Message | None = None) -> apb.ToolCall:
         """The typed ToolCall: `{<variant>: {args, result}}`."""
@@ -130,6 +132,9 @@ class ToolDef:
             inner.args.CopyFrom(args)
         if result is not None:
             inner.result.CopyFrom(result)
+        if args is not None and self.card_fields is not None:
+            for name, value in self.card_fields(args).items():
+                setattr(inner, name, value)
         call = apb.ToolCall()
         getattr(call, self.variant).CopyFrom(inner)
         return call
