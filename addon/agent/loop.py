@@ -24,7 +24,7 @@ import httpx
 
 from byok.proto import agent_pb2 as apb
 from byok.prompt.assets import ModeAssets, PromptAssets
-from byok.store import AsyncStore, NewMessage, RunExists, StaleRun, StoredMessage
+from byok.store import AsyncStore, BlobRef, NewMessage, RunExists, StaleRun, StoredMessage
 
 from . import history
 from .clock import Clock, Ids
@@ -300,12 +300,24 @@ class Turn:
         self.messages = stored
         self.revision = revision
 
-    async def _publish(self, *projections: proj.Projection, revision: int | None = None) -> None:
-        """SET what the client lacks, wait for every ACK, then record and emit the states."""
+    async def _set_blobs(self, *projections: proj.Projection) -> None:
+        """Keep a copy of every new blob (with its reference edges) in the store, SET them on the
+        client and wait for every ACK (the barrier before any checkpoint references them)."""
         blobs: dict[bytes, bytes] = {}
+        refs: dict[bytes, list] = {}
         for p in projections:
             blobs.update(p.blobs)
-        await self.run.set_blobs(blobs)
+            refs.update(p.refs)
+        new = {bid: data for bid, data in blobs.items() if bid not in self.run.held_blobs}
+        if new:
+            await self.svc.store.put_blobs([
+                (bid, data, [BlobRef(f, i, c) for f, i, c in refs.get(bid, ())]) for bid, data in new.items()
+            ])
+        await self.run.set_blobs(new)
+
+    async def _publish(self, *projections: proj.Projection, revision: int | None = None) -> None:
+        """SET what the client lacks, wait for every ACK, then record and emit the states."""
+        await self._set_blobs(*projections)
         last = projections[-1]
         if revision is not None:
             await self.svc.store.record_published(
@@ -344,7 +356,7 @@ class Turn:
         await self._append([NewMessage("assistant", "assistant", payload, request_id=self.run.request_id)])
         staged = await self._project(before, proj.Pending(result.item, result.thinking_ms, result.usage))
         settled = await self._project(self.messages)
-        await self.run.set_blobs({**staged.blobs, **settled.blobs})
+        await self._set_blobs(staged, settled)
         await self.svc.store.record_published(
             self.conversation_id, settled.roots_digest, self.revision, settled.blobs.keys()
         )

@@ -87,6 +87,9 @@ class CursorClient:
     on_query: QueryHandler | None = None
     ack_delay_s: float = 0.0
     ack_blobs: bool = True
+    corrupt_gets: bool = False
+    """Answer KV GETs with data that does not hash to the id (tests the server's check)."""
+    get_log: list[bytes] = field(default_factory=list)
     timeout_s: float = 60.0
     ack_log: list[tuple[float, bytes]] = field(default_factory=list)
     """(time, blob id) of every ACK sent."""
@@ -205,9 +208,10 @@ class CursorClient:
                     self._ack(request_id, kv.id, args.blob_id)
             else:
                 blob_id = kv.get_blob_args.blob_id
+                self.get_log.append(blob_id)
                 result = apb.GetBlobResult()
                 if blob_id in self.blobs:
-                    result.blob_data = self.blobs[blob_id]
+                    result.blob_data = self.blobs[blob_id] + (b" tampered" if self.corrupt_gets else b"")
                 else:
                     result.error.message = f"blob {blob_id.hex()} not found"
                 self.append_soon(request_id, apb.AgentClientMessage(

@@ -131,6 +131,8 @@ class Projection:
     state: apb.ConversationStateStructure
     blobs: dict[bytes, bytes] = field(default_factory=dict)
     """Every blob this projection renders, children before parents."""
+    refs: dict[bytes, list[tuple[str, int, bytes]]] = field(default_factory=dict)
+    """blob id -> (referencing field, ordinal, child id) edges, for the store's blob graph."""
     roots_digest: str = ""
     last_turn_steps: int = 0
     """Steps in the current (last) turn: the base of UpdateCurrentStep's message_index."""
@@ -238,10 +240,13 @@ def _text_step(text: str) -> bytes:
 class _Builder:
     def __init__(self) -> None:
         self.blobs: dict[bytes, bytes] = {}
+        self.refs: dict[bytes, list[tuple[str, int, bytes]]] = {}
 
-    def blob(self, data: bytes) -> bytes:
+    def blob(self, data: bytes, refs: list[tuple[str, int, bytes]] | None = None) -> bytes:
         bid = sha256(data)
         self.blobs.setdefault(bid, data)
+        if refs:
+            self.refs.setdefault(bid, refs)
         return bid
 
 
@@ -252,6 +257,16 @@ def _assistant_steps(b: _Builder, turn: _Turn | None, thinking: str, thinking_ms
         turn.steps.append(b.blob(_thinking_step(thinking, thinking_ms)))
     if text:
         turn.steps.append(b.blob(_text_step(text)))
+
+
+def _turn_refs(turn: _Turn) -> list[tuple[str, int, bytes]]:
+    return [("user_message", 0, turn.user_message_id)] + [("steps", i, s) for i, s in enumerate(turn.steps)]
+
+
+def _state_refs(state: apb.ConversationStateStructure) -> list[tuple[str, int, bytes]]:
+    return ([("root_prompt_messages_json", i, r) for i, r in enumerate(state.root_prompt_messages_json)]
+            + [("turns", i, t) for i, t in enumerate(state.turns)]
+            + [("todos", i, t) for i, t in enumerate(state.todos)])
 
 
 def _turn_blob(turn: _Turn) -> bytes:
@@ -362,9 +377,13 @@ def project(
             runtime_texts.append("".join(part.get("text", "") for part in p["parts"]))
             if p.get("turn"):
                 um = unb64(p["turn"]["user_message_blob"])
+                um_refs = None
                 if p["turn"].get("state_blob"):
-                    b.blob(unb64(p["turn"]["state_blob"]))
-                turns.append(_Turn(um, b.blob(um), p["turn"]["request_id"]))
+                    state_blob = unb64(p["turn"]["state_blob"])
+                    snapshot = apb.ConversationStateStructure.FromString(state_blob)
+                    b.blob(state_blob, _state_refs(snapshot))
+                    um_refs = [("conversation_state_blob_id", 0, sha256(state_blob))]
+                turns.append(_Turn(um, b.blob(um, um_refs), p["turn"]["request_id"]))
         elif kind == "assistant":
             if p.get("usage"):
                 last_usage = p["usage"]
@@ -408,14 +427,14 @@ def project(
             original = apb.ConversationTurnStructure.FromString(blobs[turn.imported_id])
             del original.agent_conversation_turn.steps[:]
             original.agent_conversation_turn.steps.extend(turn.steps)
-            turn_ids.append(b.blob(original.SerializeToString(deterministic=True)))
+            turn_ids.append(b.blob(original.SerializeToString(deterministic=True), _turn_refs(turn)))
         else:
-            turn_ids.append(b.blob(_turn_blob(turn)))
+            turn_ids.append(b.blob(_turn_blob(turn), _turn_refs(turn)))
     state.root_prompt_messages_json.extend(roots)
     state.turns.extend(turn_ids)
     _token_details(state, ctx, last_usage, runtime_texts, folded)
     _fold_tool_state(b, state, messages)
-    return Projection(state=state, blobs=b.blobs, roots_digest=roots_digest(roots),
+    return Projection(state=state, blobs=b.blobs, refs=b.refs, roots_digest=roots_digest(roots),
                       last_turn_steps=len(turns[-1].steps) if turns else 0)
 
 

@@ -1,0 +1,396 @@
+"""Issue 1/5, the spine: a real agent text turn answered by the addon inside a real mitmdump,
+driven over HTTPS through the proxy by the Cursor-like client against a scripted provider."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+
+import httpx
+import pytest
+
+from byok.agent import connect
+from byok.cli.client import CursorClient, user_turn_request
+from byok.proto import agent_pb2 as apb, aiserver_pb2 as spb
+from tests.e2e.conftest import run, start_proxy
+from tests.support.scripted_provider import CHAT, HttpError, Sse, Usage
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory, provider, upstream):
+    proxy, ids = start_proxy(tmp_path_factory.mktemp("spine"), provider, upstream,
+                             byok_route_wait_s="2", byok_heartbeat_s="1")
+    yield proxy, ids["openai_chat"]
+    proxy.stop()
+
+
+def referenced_blobs(state: apb.ConversationStateStructure, blobs: dict[bytes, bytes]) -> set[bytes]:
+    """The closure of a checkpoint, decoded with the client's own blob store."""
+    out = set(state.root_prompt_messages_json) | set(state.todos)
+    for turn_id in state.turns:
+        out.add(turn_id)
+        turn = apb.ConversationTurnStructure.FromString(blobs[turn_id]).agent_conversation_turn
+        out.add(turn.user_message)
+        out.update(turn.steps)
+        user_message = apb.UserMessage.FromString(blobs[turn.user_message])
+        if user_message.conversation_state_blob_id:
+            out.add(user_message.conversation_state_blob_id)
+    return out
+
+
+def test_text_turn_frame_order_barrier_usage(env, provider):
+    proxy, model = env
+    provider.enqueue("openai_chat", CHAT.thinking_then_text(
+        "Let me think.", "Hello there!", usage=Usage(input_tokens=20000, output_tokens=8, cache_read_tokens=80)))
+
+    async def scenario():
+        async with proxy.client(ack_delay_s=0.15) as client:
+            result = await client.run(user_turn_request("hello", model_id=model))
+            return result, dict(client.blobs), list(client.ack_log)
+
+    result, blobs, acks = run(scenario())
+    assert result.status == 200 and result.end_error is None
+    kinds = result.kinds()
+    assert kinds[-1] == "end_stream" and result.frames[-1].message is None
+    # initial checkpoint, streamed thinking/text, usage, final blobs, turn_ended, staged/settled/settled
+    first_text = kinds.index("interaction_update.text_delta")
+    assert kinds.index("interaction_update.thinking_delta") < kinds.index("interaction_update.thinking_completed") < first_text
+    assert kinds.count("interaction_update.token_delta") == 1
+    tail = kinds[kinds.index("interaction_update.turn_ended"):]
+    assert tail == ["interaction_update.turn_ended"] + ["conversation_checkpoint_update"] * 3 + ["end_stream"]
+    assert kinds.count("conversation_checkpoint_update") == 4
+    assert result.text() == "Hello there!"
+    # usage exactly as reported
+    [ended] = [f.message.interaction_update.turn_ended for f in result.down("interaction_update.turn_ended")]
+    assert (ended.input_tokens, ended.output_tokens, ended.cache_read_tokens) == (20000, 8, 80)
+    assert not ended.HasField("cache_write_tokens")
+    [token] = result.down("interaction_update.token_delta")
+    assert token.message.interaction_update.token_delta.tokens == 8
+    [thinking_done] = result.down("interaction_update.thinking_completed")
+    assert thinking_done.message.interaction_update.thinking_completed.thinking_duration_ms >= 1
+    # every blob a checkpoint references was SET and ACKed before the checkpoint arrived
+    ack_time = {blob_id: t for t, blob_id in acks}
+    for frame in result.down("conversation_checkpoint_update"):
+        state = frame.message.conversation_checkpoint_update
+        for blob_id in referenced_blobs(state, blobs):
+            assert blob_id in ack_time, f"checkpoint references un-SET blob {blob_id.hex()}"
+            assert ack_time[blob_id] < frame.t
+    staged, settled, again = result.checkpoints()[1:]
+    assert len(staged.pending_tool_calls) == 1 and not settled.pending_tool_calls
+    assert staged.turns == settled.turns and again == settled
+    assert len(settled.root_prompt_messages_json) == len(staged.root_prompt_messages_json) + 1
+    assert settled.token_details.used_tokens == 20008
+    assert sum(c.estimated_tokens for c in settled.token_details.breakdown.categories) == 20008
+    # no blob was SET twice
+    set_ids = [f.message.kv_server_message.set_blob_args.blob_id for f in result.down("kv_server_message.set_blob_args")]
+    assert len(set_ids) == len(set(set_ids))
+    # the provider saw one system message and ONE user message (the runtime one)
+    body = provider.requests[-1].json
+    assert [m["role"] for m in body["messages"]] == ["system", "user"]
+    assert "<user_query>\nhello\n</user_query>" in body["messages"][1]["content"]
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    root_json = json.loads(blobs[settled.root_prompt_messages_json[-1]])
+    assert root_json["role"] == "assistant" and root_json["id"] == "1" and "origin" not in root_json
+
+
+def test_second_run_with_checkpoint_keeps_the_provider_prefix(env, provider):
+    proxy, model = env
+    provider.enqueue("openai_chat", CHAT.text_reply("first answer"), CHAT.text_reply("second answer"))
+
+    async def scenario():
+        async with proxy.client() as client:
+            req1 = user_turn_request("one", model_id=model)
+            first = await client.run(req1)
+            req2 = user_turn_request("two", model_id=model, conversation_id=req1.conversation_id,
+                                     state=first.checkpoints()[-1])
+            return first, await client.run(req2)
+
+    first, second = run(scenario())
+    assert first.end_error is None and second.end_error is None
+    m1, m2 = provider.requests[-2].json["messages"], provider.requests[-1].json["messages"]
+    assert m2[: len(m1)] == m1
+    assert [m["role"] for m in m2[len(m1):]] == ["assistant", "user"]
+    assert m2[len(m1)]["content"] == "first answer"
+    # the second run only SETs what the client lacks: never the system root or old turns again
+    cp1 = first.checkpoints()[-1]
+    set_ids = {f.message.kv_server_message.set_blob_args.blob_id for f in second.down("kv_server_message.set_blob_args")}
+    assert not set_ids & set(cp1.root_prompt_messages_json)
+    assert not set_ids & set(cp1.turns)
+    cp2 = second.checkpoints()[-1]
+    assert list(cp2.root_prompt_messages_json[: len(cp1.root_prompt_messages_json)]) == list(cp1.root_prompt_messages_json)
+    assert len(cp2.turns) == 2 and cp2.turns[0] == cp1.turns[0]
+
+
+@pytest.mark.parametrize("failure", ["http_500", "eof"])
+def test_provider_failure_ends_with_error_and_keeps_the_user_turn(env, provider, failure):
+    proxy, model = env
+    if failure == "http_500":
+        provider.enqueue("openai_chat", HttpError(500, {"error": {"message": "upstream exploded", "type": "server_error"}}))
+    else:
+        provider.enqueue("openai_chat", Sse(CHAT.text_reply("partial text that never ends").items[:3]))
+
+    async def scenario():
+        async with proxy.client() as client:
+            return await client.run(user_turn_request("fail please", model_id=model))
+
+    result = run(scenario())
+    kinds = result.kinds()
+    assert "interaction_update.turn_ended" not in kinds
+    assert kinds.count("conversation_checkpoint_update") == 1  # the initial user state only
+    assert result.frames[-1].flags == connect.FLAG_END_STREAM
+    error = result.end_error
+    assert error.code is connect.Code.UNAVAILABLE
+    [detail] = error.details
+    assert detail.type == "aiserver.v1.ErrorDetails"
+    details = spb.ErrorDetails.FromString(detail.value)
+    assert details.error == spb.ErrorDetails.ERROR_PROVIDER_ERROR
+    assert details.details.is_retryable is True
+    if failure == "http_500":
+        assert "upstream exploded" in details.details.detail and "500" in details.details.detail
+    # nothing of the failed call was stored; the runtime user message was, once
+    import sqlite3
+
+    db = sqlite3.connect(proxy.db)
+    rows = db.execute("SELECT role, origin FROM messages WHERE request_id = ?", [result.request_id]).fetchall()
+    assert rows == [("user", "runtime")]
+    status = db.execute("SELECT status, error_code FROM runs WHERE request_id = ?", [result.request_id]).fetchone()
+    assert status == ("failed", "unavailable")
+
+
+def test_out_of_order_and_duplicate_appends(env, provider):
+    proxy, model = env
+    provider.enqueue("openai_chat", CHAT.text_reply("ordered"))
+
+    async def scenario():
+        async with proxy.client() as client:
+            request_id = "req-out-of-order"
+            # seqno 1 (a heartbeat) arrives before seqno 0 (the run_request); both duplicated
+            client.next_seqno(request_id), client.next_seqno(request_id)
+            heartbeat = apb.AgentClientMessage(client_heartbeat=apb.ClientHeartbeat())
+            run_request = apb.AgentClientMessage(run_request=user_turn_request("hi", model_id=model))
+
+            async def send_appends():
+                await client.append(request_id, heartbeat, seqno=1)
+                await asyncio.sleep(0.2)
+                responses = await asyncio.gather(
+                    client.append(request_id, run_request, seqno=0),
+                    client.append(request_id, run_request, seqno=0),
+                    client.append(request_id, heartbeat, seqno=1),
+                )
+                assert all(r.status_code == 200 for r in responses), [r.text for r in responses]
+
+            task = asyncio.ensure_future(send_appends())
+            result = await client.run(apb.AgentRunRequest(), request_id=request_id, send_run_request=False)
+            await task
+            return result
+
+    result = run(scenario())
+    assert result.end_error is None and result.text() == "ordered"
+    assert len([r for r in provider.requests if "hi" in json.dumps(r.json)]) >= 1
+
+
+def test_client_heartbeat_is_answered(env, provider):
+    proxy, model = env
+    from tests.support.scripted_provider import Ev
+
+    provider.enqueue("openai_chat", Sse([Ev(i, delay_s=0.8 if n == 1 else 0) for n, i in enumerate(CHAT.text_reply("slow").items)]))
+
+    async def scenario():
+        async with proxy.client() as client:
+            request_id = "req-heartbeat"
+            seen_heartbeat = asyncio.Event()
+
+            async def on_frame(frame):
+                if frame.kind == "conversation_checkpoint_update" and not seen_heartbeat.is_set():
+                    seen_heartbeat.set()
+                    await client.append(request_id, apb.AgentClientMessage(client_heartbeat=apb.ClientHeartbeat()))
+
+            return await client.run(user_turn_request("hb", model_id=model), request_id=request_id, on_frame=on_frame)
+
+    result = run(scenario())
+    assert result.end_error is None
+    assert result.kinds(skip_heartbeats=False).count("interaction_update.heartbeat") >= 1
+
+
+def test_second_runsse_for_the_same_request_is_already_exists(env, provider):
+    proxy, model = env
+    provider.enqueue("openai_chat", CHAT.text_reply("once"))
+
+    async def scenario():
+        async with proxy.client() as client:
+            first = await client.run(user_turn_request("once", model_id=model), request_id="req-twice")
+            second = await client.run(apb.AgentRunRequest(), request_id="req-twice", send_run_request=False)
+            return first, second
+
+    first, second = run(scenario())
+    assert first.end_error is None
+    assert second.end_error.code is connect.Code.ALREADY_EXISTS
+    assert [f.kind for f in second.frames if f.direction == "down"] == ["end_stream"]
+
+
+def test_garbage_bidi_append_is_a_connect_error_and_the_proxy_keeps_serving(env, provider):
+    proxy, model = env
+
+    async def scenario():
+        async with proxy.client() as client:
+            not_hex = spb.BidiAppendRequest(data="zz-not-hex", request_id=spb.BidiRequestId(request_id="g"),
+                                            append_seqno=0).SerializeToString()
+            not_message = spb.BidiAppendRequest(data="ffff", request_id=spb.BidiRequestId(request_id="g"),
+                                                append_seqno=0).SerializeToString()
+            responses = [await client.append("g", apb.AgentClientMessage(), seqno=0, body=body)
+                         for body in (not_hex, not_message, b"", b"\xff\x00garbage")]
+            provider.enqueue("openai_chat", CHAT.text_reply("still here"))
+            after = await client.run(user_turn_request("alive?", model_id=model))
+            return responses, after
+
+    responses, after = run(scenario())
+    for response in responses:
+        assert response.status_code == 400
+        assert response.headers["content-type"] == "application/json"
+        assert response.json()["code"] == "invalid_argument"
+    assert after.end_error is None and after.text() == "still here"
+
+
+def test_appends_wait_for_their_run_request_then_fail_after_route_wait(env):
+    proxy, _ = env
+
+    async def scenario():
+        async with proxy.client() as client:
+            t0 = time.monotonic()
+            response = await client.append("req-orphan", apb.AgentClientMessage(client_heartbeat=apb.ClientHeartbeat()),
+                                           seqno=1)
+            return response, time.monotonic() - t0
+
+    response, waited = run(scenario())
+    assert response.status_code == 400 and "run_request" in response.json()["message"]
+    assert 1.8 < waited < 10  # byok_route_wait_s=2
+
+
+def test_run_request_arriving_after_runsse_opens(env, provider):
+    proxy, model = env
+    provider.enqueue("openai_chat", CHAT.text_reply("late start"))
+
+    async def scenario():
+        async with proxy.client() as client:
+            return await client.run(user_turn_request("late", model_id=model), run_request_delay_s=0.5)
+
+    result = run(scenario())
+    assert result.end_error is None and result.text() == "late start"
+
+
+def test_agent_run_probe_is_answered_404_locally(env, upstream):
+    proxy, _ = env
+
+    async def scenario():
+        async with proxy.client() as client:
+            return await client._http.post("https://api2.cursor.sh/agent/v1/run", content=b"{}")
+
+    before = len(upstream.requests("/agent/v1/run"))
+    assert run(scenario()).status_code == 404
+    assert len(upstream.requests("/agent/v1/run")) == before
+
+
+def test_unknown_model_runs_pass_upstream_untouched(env, upstream):
+    proxy, _ = env
+
+    async def scenario():
+        async with proxy.client() as client:
+            request = user_turn_request("official please", model_id="claude-4.5-sonnet")
+            return await client.run(request, request_id="req-hybrid")
+
+    result = run(scenario())
+    assert result.end_error is None and result.text() == "official answer"
+    [runsse] = [s for s in upstream.requests("/agent.v1.AgentService/RunSSE")
+                if spb.BidiRequestId.FromString(connect.decode_all(s.body)[0].payload).request_id == "req-hybrid"]
+    appends = [spb.BidiAppendRequest.FromString(s.body) for s in upstream.requests("/aiserver.v1.BidiService/BidiAppend")]
+    mine = [a for a in appends if a.request_id.request_id == "req-hybrid"]
+    assert len(mine) == 1
+    forwarded = apb.AgentClientMessage.FromString(bytes.fromhex(mine[0].data))
+    assert forwarded.run_request.requested_model.model_id == "claude-4.5-sonnet"
+
+
+def test_unrelated_request_streams_upstream(env, upstream):
+    proxy, _ = env
+
+    async def scenario():
+        async with proxy.client() as client:
+            arrivals = []
+            async with client._http.stream("GET", "https://api2.cursor.sh/slow") as response:
+                async for line in response.aiter_lines():
+                    if line:
+                        arrivals.append(time.monotonic())
+            return response.status_code, arrivals
+
+    status, arrivals = run(scenario())
+    assert status == 200 and len(arrivals) == 5
+    assert arrivals[-1] - arrivals[0] > 0.3  # chunks arrived as sent (100 ms apart), not buffered
+
+
+def test_official_connect_python_client_drives_a_turn(env, provider):
+    """Framing checked by code nobody here wrote: connectrpc (+ pyqwest) through the proxy over real
+    HTTPS with mitmproxy's CA, RunSSE as a server stream and BidiAppend as unary calls."""
+    from connectrpc.client import ConnectClient
+    from connectrpc.compat import google_protobuf_binary_codec
+    from connectrpc.errors import ConnectError
+    from connectrpc.method import IdempotencyLevel, MethodInfo, StreamType
+    from pyqwest import Client, HTTPTransport
+
+    proxy, model = env
+    provider.enqueue("openai_chat", CHAT.text_reply("framed by connectrpc"), HttpError(503, {"error": {"message": "busy"}}))
+    run_sse = MethodInfo(name="RunSSE", service_name="agent.v1.AgentService", input=spb.BidiRequestId,
+                         output=apb.AgentServerMessage, idempotency_level=IdempotencyLevel.UNKNOWN,
+                         stream_type=StreamType.SERVER_STREAM)
+    bidi_append = MethodInfo(name="BidiAppend", service_name="aiserver.v1.BidiService", input=spb.BidiAppendRequest,
+                             output=spb.BidiAppendResponse, idempotency_level=IdempotencyLevel.UNKNOWN,
+                             stream_type=StreamType.UNARY)
+    ca = open(proxy.ca_file, "rb").read()
+
+    async def one_run(client, request_id, text):
+        seqno = 0
+
+        async def append(message):
+            nonlocal seqno
+            data = message.SerializeToString().hex()
+            request = spb.BidiAppendRequest(data=data, request_id=spb.BidiRequestId(request_id=request_id),
+                                            append_seqno=seqno)
+            seqno += 1
+            await client.execute_unary(request=request, method=bidi_append)
+
+        messages, error = [], None
+        sender = asyncio.ensure_future(append(apb.AgentClientMessage(
+            run_request=user_turn_request(text, model_id=model))))
+        try:
+            async for message in client.execute_server_stream(
+                    request=spb.BidiRequestId(request_id=request_id), method=run_sse):
+                messages.append(message)
+                kv = message.kv_server_message
+                if message.WhichOneof("message") == "kv_server_message" and kv.WhichOneof("message") == "set_blob_args":
+                    await append(apb.AgentClientMessage(kv_client_message=apb.KvClientMessage(
+                        id=kv.id, set_blob_result=apb.SetBlobResult())))
+        except ConnectError as e:
+            error = e
+        await sender
+        return messages, error
+
+    async def scenario():
+        transport = HTTPTransport(tls_ca_cert=ca, proxy=proxy.url)
+        async with Client(transport) as http, ConnectClient(
+                "https://api2.cursor.sh", codec=google_protobuf_binary_codec(), http_client=http) as client:
+            ok = await one_run(client, "req-connectrpc-ok", "hello connect")
+            failed = await one_run(client, "req-connectrpc-fail", "fail connect")
+            return ok, failed
+
+    (messages, error), (_, failure) = run(scenario())
+    assert error is None
+    text = "".join(m.interaction_update.text_delta.text for m in messages
+                   if m.interaction_update.WhichOneof("message") == "text_delta")
+    assert text == "framed by connectrpc"
+    assert sum(1 for m in messages if m.WhichOneof("message") == "conversation_checkpoint_update") == 4
+    assert failure is not None and failure.code.name == "UNAVAILABLE"
+    [detail] = failure.details
+    assert detail.type_name == "aiserver.v1.ErrorDetails"
+    assert spb.ErrorDetails.FromString(detail.message_bytes).error == spb.ErrorDetails.ERROR_PROVIDER_ERROR
