@@ -121,6 +121,8 @@ class Runtime:
     def on_append(self, request_id: str, seqno: int, message: apb.AgentClientMessage, raw: bytes) -> Route | None:
         """Take one decoded append. Returns the route if known (the caller passes UPSTREAM appends
         on untouched, or waits when None)."""
+        if request_id in self.finished and request_id not in self.channels:
+            return Route.LOCAL  # a late append for a run that ended: accepted, nothing to do
         ch = self.channel(request_id)
         if not ch.route.done():
             if message.WhichOneof("message") != "run_request":

@@ -1,0 +1,70 @@
+"""Runtime routing and ordering without sockets: appends, routes, heartbeats, late appends."""
+
+import asyncio
+
+from byok.agent.runtime import Route, RouteTimeout, Runtime
+from byok.cli.client import user_turn_request
+from byok.proto import agent_pb2 as apb
+
+
+def make_runtime(started):
+    async def never_ending_turn(run):
+        started.append(run.request_id)
+        await asyncio.sleep(3600)
+
+    return Runtime(is_user_model=lambda model_id: model_id == "mine",
+                   make_turn=lambda request: never_ending_turn)
+
+
+def run_request(model):
+    return apb.AgentClientMessage(run_request=user_turn_request("q", model_id=model))
+
+
+HEARTBEAT = apb.AgentClientMessage(client_heartbeat=apb.ClientHeartbeat())
+
+
+def test_route_decided_by_the_first_run_request():
+    async def scenario():
+        started = []
+        rt = make_runtime(started)
+        assert rt.on_append("a", 0, run_request("mine"), b"") is Route.LOCAL
+        assert rt.on_append("b", 0, run_request("cursor-model"), b"") is Route.UPSTREAM
+        assert rt.on_append("b", 1, HEARTBEAT, b"") is Route.UPSTREAM
+        await asyncio.sleep(0)
+        assert rt.run("a") is not None and rt.run("b") is None
+        await rt.shutdown(timeout=1)
+        return started
+
+    assert asyncio.run(scenario()) == []  # no RunSSE attached: the turn never starts
+
+
+def test_early_append_waits_and_times_out():
+    async def scenario():
+        rt = make_runtime([])
+        assert rt.on_append("x", 1, HEARTBEAT, b"") is None
+        try:
+            await rt.wait_route("x", 0.05)
+        except RouteTimeout as e:
+            return str(e)
+
+    assert "run_request" in asyncio.run(scenario())
+
+
+def test_observe_mode_routes_everything_upstream():
+    async def scenario():
+        rt = make_runtime([])
+        rt.observe = True
+        return rt.on_append("a", 0, run_request("mine"), b"")
+
+    assert asyncio.run(scenario()) is Route.UPSTREAM
+
+
+def test_late_append_after_the_run_finished_is_accepted():
+    async def scenario():
+        rt = make_runtime([])
+        rt.on_append("a", 0, run_request("mine"), b"")
+        run = rt.run("a")
+        await run.finish(None)
+        return rt.on_append("a", 7, HEARTBEAT, b""), await rt.wait_route("a", 0.05)
+
+    assert asyncio.run(scenario()) == (Route.LOCAL, Route.LOCAL)
