@@ -1,0 +1,243 @@
+"""Interaction tools: the user answers an `InteractionQuery` (PROTOCOL 5.6, seed §26.13).
+
+- AskQuestion, CreatePlan, SwitchMode: the response carries the tool's result (terminal).
+- WebFetch: the response is only approved/rejected; approved -> `fetch_args` exec -> WebFetchResult.
+- WebSearch, GenerateImage: approved/rejected; this version has no backend for them, so an approval
+  ends in an explicit "not configured" error result (never a fake result, never a spinning card).
+A rejection is always a typed terminal result with is_error (the model learns the user declined).
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from google.protobuf.message import Message
+
+from byok.proto import agent_pb2 as apb
+
+from .base import CallIO, RunToolContext, ToolArgsError, ToolDef, ToolOutcome
+from .common import Args, cap_head, dumps, resolve_path, variant
+
+WEB_SEARCH_NOT_CONFIGURED = "WebSearch is not configured in cursor-byok (no search backend in this version)"
+GENERATE_IMAGE_NOT_CONFIGURED = (
+    "GenerateImage is not configured in cursor-byok (no image generation backend in this version)"
+)
+
+
+def _because(reason: str) -> str:
+    return f": {reason}" if reason else ""
+
+
+def _unique(ids: set[str], value: str, what: str) -> None:
+    if value in ids:
+        raise ToolArgsError(f"invalid {what}: the id {value!r} appears more than once")
+    ids.add(value)
+
+
+# ---- AskQuestion --------------------------------------------------------------------------------
+
+
+def _parse_ask(raw: dict, call_id: str, ctx: RunToolContext) -> apb.AskQuestionArgs:
+    a = Args(raw)
+    args = apb.AskQuestionArgs(title=a.string("title") or "")
+    question_ids: set[str] = set()
+    for q in a.objects("questions", required=True, min_items=1):
+        question = args.questions.add(id=q.string("id", required=True, non_empty=True),
+                                      prompt=q.string("prompt", required=True, non_empty=True),
+                                      allow_multiple=bool(q.boolean("allow_multiple")))
+        _unique(question_ids, question.id, "questions")
+        option_ids: set[str] = set()
+        for o in q.objects("options", required=True, min_items=2):
+            option = question.options.add(id=o.string("id", required=True, non_empty=True),
+                                          label=o.string("label", required=True, non_empty=True))
+            _unique(option_ids, option.id, f"{q.where}.options")
+    return args
+
+
+def _answers_json(card: apb.AskQuestionArgs, success: apb.AskQuestionSuccess) -> str:
+    questions = {q.id: q for q in card.questions}
+    answers = []
+    for ans in success.answers:
+        q = questions.get(ans.question_id)
+        labels = {o.id: o.label for o in q.options} if q else {}
+        item = {"question_id": ans.question_id, "question": q.prompt if q else "",
+                "selected": [labels.get(i, i) for i in ans.selected_option_ids]}
+        if ans.freeform_text:
+            item["freeform_text"] = ans.freeform_text
+        answers.append(item)
+    return dumps({"answers": answers})
+
+
+async def _run_ask(io: CallIO, raw: dict, card: Message) -> ToolOutcome:
+    _, response = await io.query("ask_question_interaction_query",
+                                 apb.AskQuestionInteractionQuery(args=card, tool_call_id=io.call_id),
+                                 results=frozenset({"ask_question_interaction_response"}))
+    result = response.result
+    kind = variant(result, "result", "AskQuestionResult")
+    if kind == "success":
+        return ToolOutcome(result, _answers_json(card, result.success))
+    if kind == "async":
+        return ToolOutcome(result, "The questions were shown to the user; the answers will arrive later.")
+    if kind == "rejected":
+        return ToolOutcome(result, "The user declined to answer" + _because(result.rejected.reason), is_error=True)
+    return ToolOutcome(result, "AskQuestion failed" + _because(result.error.error_message), is_error=True)
+
+
+ASK_QUESTION = ToolDef("AskQuestion", "interaction", "ask_question_tool_call", _parse_ask, _run_ask,
+                       lambda message: apb.AskQuestionResult(error=apb.AskQuestionError(error_message=message)))
+
+
+# ---- CreatePlan ---------------------------------------------------------------------------------
+
+
+def _parse_plan(raw: dict, call_id: str, ctx: RunToolContext) -> apb.CreatePlanArgs:
+    a = Args(raw)
+    args = apb.CreatePlanArgs(name=a.string("name", required=True, non_empty=True),
+                              overview=a.string("overview", required=True, non_empty=True),
+                              plan=a.string("plan", required=True, non_empty=True))
+    ids: set[str] = set()
+    for t in a.objects("todos") or []:
+        todo = args.todos.add(id=t.string("id", required=True, non_empty=True),
+                              content=t.string("content", required=True, non_empty=True),
+                              status=apb.TODO_STATUS_PENDING, dependencies=t.str_list("dependencies") or [])
+        _unique(ids, todo.id, "todos")
+    for todo in args.todos:
+        for dep in todo.dependencies:
+            if dep not in ids:
+                raise ToolArgsError(f"invalid todos: {todo.id!r} depends on {dep!r}, which is not a todo of this plan")
+    return args
+
+
+async def _run_plan(io: CallIO, raw: dict, card: Message) -> ToolOutcome:
+    _, response = await io.query("create_plan_request_query",
+                                 apb.CreatePlanRequestQuery(args=card, tool_call_id=io.call_id),
+                                 results=frozenset({"create_plan_request_response"}))
+    result = response.result
+    kind = variant(result, "result", "CreatePlanResult")
+    if kind == "success":
+        where = f" ({result.plan_uri})" if result.plan_uri else ""
+        return ToolOutcome(result, f'The plan "{card.name}" was created{where}; the user can review, edit and build it.')
+    return ToolOutcome(result, "CreatePlan failed" + _because(result.error.error), is_error=True)
+
+
+CREATE_PLAN = ToolDef("CreatePlan", "interaction", "create_plan_tool_call", _parse_plan, _run_plan,
+                      lambda message: apb.CreatePlanResult(error=apb.CreatePlanError(error=message)))
+
+
+# ---- SwitchMode ---------------------------------------------------------------------------------
+
+
+def _parse_switch(raw: dict, call_id: str, ctx: RunToolContext) -> apb.SwitchModeArgs:
+    a = Args(raw)
+    args = apb.SwitchModeArgs(target_mode_id=a.string("target_mode_id", required=True, non_empty=True),
+                              tool_call_id=call_id)
+    explanation = a.string("explanation")
+    if explanation is not None:
+        args.explanation = explanation
+    return args
+
+
+async def _run_switch(io: CallIO, raw: dict, card: Message) -> ToolOutcome:
+    _, response = await io.query("switch_mode_request_query", apb.SwitchModeRequestQuery(args=card),
+                                 results=frozenset({"switch_mode_request_response"}))
+    kind = variant(response, "result", "SwitchModeRequestResponse")
+    target, current = card.target_mode_id, io.context.mode
+    if kind == "approved":
+        result = apb.SwitchModeResult(success=apb.SwitchModeSuccess(from_mode_id=current, to_mode_id=target))
+        return ToolOutcome(result, f"The user approved: switched from {current} mode to {target} mode.")
+    reason = response.rejected.reason
+    result = apb.SwitchModeResult(rejected=apb.SwitchModeRejected(reason=reason))
+    return ToolOutcome(result, f"The user declined switching to {target} mode{_because(reason)}", is_error=True)
+
+
+SWITCH_MODE = ToolDef("SwitchMode", "interaction", "switch_mode_tool_call", _parse_switch, _run_switch,
+                      lambda message: apb.SwitchModeResult(error=apb.SwitchModeError(error=message)))
+
+
+# ---- WebFetch (approval, then a fetch exec) -------------------------------------------------------
+
+
+def _parse_fetch(raw: dict, call_id: str, ctx: RunToolContext) -> apb.WebFetchArgs:
+    url = Args(raw).string("url", required=True, non_empty=True).strip()
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ToolArgsError(f"invalid url: {url!r} is not an absolute http(s) URL")
+    return apb.WebFetchArgs(url=url, tool_call_id=call_id)
+
+
+async def _run_fetch(io: CallIO, raw: dict, card: Message) -> ToolOutcome:
+    url = card.url
+    _, response = await io.query("web_fetch_request_query", apb.WebFetchRequestQuery(args=card, skip_approval=False),
+                                 results=frozenset({"web_fetch_request_response"}))
+    if variant(response, "result", "WebFetchRequestResponse") == "rejected":
+        reason = response.rejected.reason
+        return ToolOutcome(apb.WebFetchResult(rejected=apb.WebFetchRejected(reason=reason)),
+                           f"The user declined fetching {url}{_because(reason)}", is_error=True)
+    # Approval is not a result: the same call continues as the fetch exec (no card, no checkpoint).
+    _, fetched = await io.exec("fetch_args", apb.FetchArgs(url=url, tool_call_id=io.call_id),
+                               results=frozenset({"fetch_result"}))
+    if variant(fetched, "result", "FetchResult") == "error":
+        error = fetched.error.error
+        return ToolOutcome(apb.WebFetchResult(error=apb.WebFetchError(url=url, error=error)),
+                           f"Fetching {url} failed{_because(error)}", is_error=True)
+    s = fetched.success
+    result = apb.WebFetchResult(success=apb.WebFetchSuccess(url=s.url or url, markdown=s.content))
+    head = f"URL: {s.url or url}\nStatus: {s.status_code}" + (f" ({s.content_type})" if s.content_type else "")
+    return ToolOutcome(result, cap_head(f"{head}\n\n{s.content}"))
+
+
+WEB_FETCH = ToolDef("WebFetch", "interaction", "web_fetch_tool_call", _parse_fetch, _run_fetch,
+                    lambda message: apb.WebFetchResult(error=apb.WebFetchError(error=message)))
+
+
+# ---- WebSearch / GenerateImage (approval, then "not configured") ---------------------------------
+
+
+def _parse_search(raw: dict, call_id: str, ctx: RunToolContext) -> apb.WebSearchArgs:
+    a = Args(raw)
+    a.string("explanation")
+    return apb.WebSearchArgs(search_term=a.string("search_term", required=True, non_empty=True), tool_call_id=call_id)
+
+
+async def _run_search(io: CallIO, raw: dict, card: Message) -> ToolOutcome:
+    _, response = await io.query("web_search_request_query", apb.WebSearchRequestQuery(args=card),
+                                 results=frozenset({"web_search_request_response"}))
+    if variant(response, "result", "WebSearchRequestResponse") == "rejected":
+        reason = response.rejected.reason
+        return ToolOutcome(apb.WebSearchResult(rejected=apb.WebSearchRejected(reason=reason)),
+                           f"The user declined the web search for {card.search_term!r}{_because(reason)}", is_error=True)
+    return ToolOutcome(apb.WebSearchResult(error=apb.WebSearchError(error=WEB_SEARCH_NOT_CONFIGURED)),
+                       WEB_SEARCH_NOT_CONFIGURED, is_error=True)
+
+
+WEB_SEARCH = ToolDef("WebSearch", "interaction", "web_search_tool_call", _parse_search, _run_search,
+                     lambda message: apb.WebSearchResult(error=apb.WebSearchError(error=message)))
+
+
+def _parse_image(raw: dict, call_id: str, ctx: RunToolContext) -> apb.GenerateImageArgs:
+    a = Args(raw)
+    args = apb.GenerateImageArgs(description=a.string("description", required=True, non_empty=True))
+    path = a.string("file_path", non_empty=True)
+    if path is not None:
+        args.file_path = resolve_path(path, ctx.workspace)
+    a.string("image_data")  # validated only: GenerateImageArgs has no field for inline image data
+    return args
+
+
+def _image_error(message: str) -> apb.GenerateImageResult:
+    return apb.GenerateImageResult(error=apb.GenerateImageError(error=message))
+
+
+async def _run_image(io: CallIO, raw: dict, card: Message) -> ToolOutcome:
+    _, response = await io.query("generate_image_request_query",
+                                 apb.GenerateImageRequestQuery(args=card, tool_call_id=io.call_id),
+                                 results=frozenset({"generate_image_request_response"}))
+    if variant(response, "result", "GenerateImageRequestResponse") == "rejected":
+        # GenerateImageResult has no rejected branch: the refusal is its error.
+        message = "The user declined generating the image" + _because(response.rejected.reason)
+        return ToolOutcome(_image_error(message), message, is_error=True)
+    return ToolOutcome(_image_error(GENERATE_IMAGE_NOT_CONFIGURED), GENERATE_IMAGE_NOT_CONFIGURED, is_error=True)
+
+
+GENERATE_IMAGE = ToolDef("GenerateImage", "interaction", "generate_image_tool_call", _parse_image, _run_image,
+                         _image_error)
