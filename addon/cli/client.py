@@ -10,6 +10,7 @@ uses it against a running proxy.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hashlib
 import ssl
 import time
@@ -73,6 +74,13 @@ class RunResult:
 
 ExecHandler = Callable[["CursorClient", apb.ExecServerMessage], Awaitable[None]]
 QueryHandler = Callable[["CursorClient", apb.InteractionQuery], Awaitable[None]]
+
+_HANDLER_REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("handler_request_id")
+
+
+def handler_request_id() -> str:
+    """Inside an on_exec / on_query handler: the request_id of the run it serves (to append replies)."""
+    return _HANDLER_REQUEST_ID.get()
 
 
 @dataclass
@@ -217,13 +225,17 @@ class CursorClient:
                 self.append_soon(request_id, apb.AgentClientMessage(
                     kv_client_message=apb.KvClientMessage(id=kv.id, get_blob_result=result)))
         elif kind == "exec_server_message" and self.on_exec is not None:
-            task = asyncio.get_running_loop().create_task(self.on_exec(self, message.exec_server_message))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._spawn_handler(request_id, self.on_exec(self, message.exec_server_message))
         elif kind == "interaction_query" and self.on_query is not None:
-            task = asyncio.get_running_loop().create_task(self.on_query(self, message.interaction_query))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._spawn_handler(request_id, self.on_query(self, message.interaction_query))
+
+    def _spawn_handler(self, request_id: str, coro: Awaitable[None]) -> None:
+        # The handler task sees its run's request_id through handler_request_id().
+        context = contextvars.copy_context()
+        context.run(_HANDLER_REQUEST_ID.set, request_id)
+        task = asyncio.get_running_loop().create_task(coro, context=context)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _ack(self, request_id: str, kv_id: int, blob_id: bytes) -> None:
         self.ack_log.append((time.monotonic(), blob_id))
