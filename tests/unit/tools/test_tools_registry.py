@@ -69,3 +69,10 @@ def test_invalid_args_outcome():
     out = invalid_args_outcome(tool, str(e.value))
     assert out.is_error and "missing command" in out.content
     assert out.result == apb.ShellResult(spawn_error=apb.ShellSpawnError(error=out.content))
+
+
+def test_lone_surrogate_in_a_string_argument_is_an_args_error():
+    import json as _json
+    raw = _json.loads('{"path": "a\\ud800"}')  # what a plain json.loads lets through
+    with pytest.raises(ToolArgsError, match="lone surrogate"):
+        REGISTRY["Read"].parse(raw, "c", CTX)

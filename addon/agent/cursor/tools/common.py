@@ -55,6 +55,14 @@ def _check_unicode(value: Any) -> None:
             _check_unicode(v)
 
 
+def _encodable(value: str, name: str) -> None:
+    # Whoever decoded the JSON, a lone surrogate must not reach a protobuf string (it cannot encode).
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ToolArgsError(f"invalid {name}: contains an invalid \\u escape (a lone surrogate)") from None
+
+
 def _json_type(value: Any) -> str:
     if value is None:
         return "null"
@@ -103,6 +111,7 @@ class Args:
             raise self._bad(key, "a string", value)
         if non_empty and not value.strip():
             raise ToolArgsError(f"missing {self._name(key)}: `{self._name(key)}` must not be empty")
+        _encodable(value, self._name(key))
         return value
 
     def integer(self, key: str, *, required: bool = False, minimum: int | None = None,
@@ -144,6 +153,7 @@ class Args:
         for i, item in enumerate(items):
             if not isinstance(item, str):
                 raise ToolArgsError(f"invalid {self._name(key)}[{i}]: expected a string, got {_json_type(item)}")
+            _encodable(item, f"{self._name(key)}[{i}]")
         return items
 
     def objects(self, key: str, *, required: bool = False, min_items: int = 0) -> list["Args"] | None:
