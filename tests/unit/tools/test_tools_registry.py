@@ -76,3 +76,9 @@ def test_lone_surrogate_in_a_string_argument_is_an_args_error():
     raw = _json.loads('{"path": "a\\ud800"}')  # what a plain json.loads lets through
     with pytest.raises(ToolArgsError, match="lone surrogate"):
         REGISTRY["Read"].parse(raw, "c", CTX)
+
+
+def test_invalid_args_outcome_does_not_repeat_a_prefix():
+    out = invalid_args_outcome(REGISTRY["Read"], "Invalid arguments for Read: missing path: `path` is required (a string)")
+    assert out.content == ("Invalid arguments for Read: missing path: `path` is required (a string). "
+                           "Fix the arguments and call Read again.")

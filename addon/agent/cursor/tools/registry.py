@@ -69,6 +69,9 @@ def unknown_tool_outcome(name: str, available: Iterable[str]) -> ToolOutcome:
 
 
 def invalid_args_outcome(tool: ToolDef, message: str) -> ToolOutcome:
-    """Arguments that are not JSON or break the tool's schema: the typed error result of its card."""
-    content = f"Invalid arguments for {tool.name}: {message}. Fix the arguments and call {tool.name} again."
+    """Arguments that are not JSON or break the tool's schema: the typed error result of its card.
+    `message` is the bare reason (a ToolArgsError's text); a caller's own prefix is not repeated."""
+    prefix = f"Invalid arguments for {tool.name}: "
+    message = message.removeprefix(prefix).rstrip(". ")
+    content = f"{prefix}{message}. Fix the arguments and call {tool.name} again."
     return ToolOutcome(tool.error_result(content), content, is_error=True)
