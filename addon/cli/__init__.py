@@ -1,0 +1,37 @@
+"""The `cursor-byok` command: smoke, trace, usage, captures, doctor.
+
+Each subcommand lives in its own module with `add_parser(subparsers)` and a `run(args) -> exit code`
+set as the parser's `func`; the modules keep heavy imports inside `run`, so `--help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+COMMANDS = {
+    "smoke": "byok.cli.smoke",
+    "trace": "byok.cli.trace",
+    "usage": "byok.cli.usage",
+    "captures": "byok.cli.captures_cmd",
+    "doctor": "byok.cli.doctor",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cursor-byok",
+        description="cursor-byok: Cursor's Agent backend on your own models. Checks, traces and captures.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in COMMANDS.values():
+        importlib.import_module(module).add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,365 @@
+"""`cursor-byok doctor`: checks every link between Cursor and your model, and says how to fix each.
+
+Checks (each ok / warn / FAIL with a fix): mitmproxy's CA files in the confdir and whether the OS
+trusts that CA, the providers file, the database, that the proxy port listens (and serves the same
+CA), whether an agent run reached the proxy recently, and Cursor's own proxy settings. When no run
+reached the proxy recently it walks through "no request reached us" step by step. It only reads:
+nothing is installed or changed, and every path can be pointed elsewhere (tests never read `~`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from rich.text import Text
+
+from .common import (
+    CA_CERT, CA_KEY, console, default_config, default_confdir, default_db, default_proxy, platform_name,
+)
+
+STYLE = {"ok": ("ok", "green"), "warn": ("warn", "yellow"), "fail": ("FAIL", "bold red"), "info": ("info", "cyan")}
+LINUX_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem")
+
+
+@dataclass
+class Check:
+    name: str
+    status: str
+    """ok | warn | fail | info"""
+    message: str
+    fix: list[str] = field(default_factory=list)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "doctor", help="check CA, providers file, database, proxy, recent traffic and Cursor's settings",
+        description="Check each link between Cursor and your model and explain how to fix what is broken "
+                    "(read-only). Exit status 1 when a check fails.")
+    p.add_argument("--confdir", type=Path, default=None, help="mitmproxy confdir holding the CA (default ~/.mitmproxy)")
+    p.add_argument("--config", type=Path, default=None, help="providers file (default ~/.cursor-byok/providers.toml)")
+    p.add_argument("--db", type=Path, default=None, help="SQLite store (default ~/.cursor-byok/byok.db)")
+    p.add_argument("--proxy", default=None, help="the proxy's URL (default http://127.0.0.1:8080)")
+    p.add_argument("--cursor-settings", type=Path, default=None,
+                   help="Cursor's settings.json (default: the per-OS location)")
+    p.add_argument("--os", choices=("macos", "linux", "windows"), default=None,
+                   help="whose set-up to check and explain (default: this machine's)")
+    p.add_argument("--recent", type=float, default=60, metavar="MINUTES",
+                   help="an agent run within this many minutes counts as recent traffic (default 60)")
+    p.add_argument("--system-ca-bundle", type=Path, default=None, help=argparse.SUPPRESS)
+    p.set_defaults(func=run)
+
+
+# ---- the checks ------------------------------------------------------------------------------------
+
+
+def check_ca(confdir: Path) -> tuple[Check, bytes | None]:
+    cert = confdir / CA_CERT
+    start = f"start the proxy once (`mitmdump -s addon/cursor_byok.py`): mitmproxy creates its CA in {confdir}"
+    if not cert.exists():
+        return Check("CA", "fail", f"no {CA_CERT} in {confdir}", [
+            start, "or point --confdir at the folder you run mitmproxy with (`--set confdir=...`)"]), None
+    try:
+        from cryptography import x509
+
+        pem = cert.read_bytes()
+        parsed = x509.load_pem_x509_certificate(pem)
+    except Exception as e:  # any unreadable file is the same finding
+        return Check("CA", "fail", f"{cert} is not a PEM certificate ({e})", [
+            f"move {confdir} aside and restart the proxy to create a new CA (then trust the new one)"]), None
+    expires = parsed.not_valid_after_utc
+    if expires.timestamp() < time.time():
+        return Check("CA", "fail", f"{cert} expired on {expires:%Y-%m-%d}", [
+            f"move {confdir} aside, restart the proxy, trust the new CA"]), pem
+    problems = [] if (confdir / CA_KEY).exists() else [f"{CA_KEY} (the signing key) is missing"]
+    subject = parsed.subject.rfc4514_string()
+    if problems:
+        return Check("CA", "fail", f"{cert}: {problems[0]}", [f"move {confdir} aside and restart the proxy"]), pem
+    return Check("CA", "ok", f"{cert} ({subject}, valid until {expires:%Y-%m-%d})"), pem
+
+
+def _der_blocks(pem_text: bytes) -> list[bytes]:
+    import base64
+
+    blocks = re.findall(rb"-----BEGIN CERTIFICATE-----(.+?)-----END CERTIFICATE-----", pem_text, re.S)
+    out = []
+    for block in blocks:
+        try:
+            out.append(base64.b64decode(b"".join(block.split())))
+        except ValueError:
+            continue
+    return out
+
+
+def check_trust(pem: bytes | None, os_name: str, bundle: Path | None, confdir: Path) -> Check:
+    if pem is None:
+        return Check("CA trust", "info", "skipped: no CA to look for")
+    der = _der_blocks(pem)[:1]
+    cert = confdir / CA_CERT
+    if os_name == "linux":
+        candidates = [bundle] if bundle else [Path(os.environ["SSL_CERT_FILE"])] if os.environ.get("SSL_CERT_FILE") \
+            else [Path(p) for p in LINUX_BUNDLES]
+        for path in candidates:
+            if path.exists():
+                if der and der[0] in _der_blocks(path.read_bytes()):
+                    return Check("CA trust", "ok", f"the CA is in the system bundle {path}")
+                return Check("CA trust", "warn", f"the CA is not in the system bundle {path}", [
+                    f"sudo cp {cert} /usr/local/share/ca-certificates/mitmproxy.crt && sudo update-ca-certificates",
+                    f"or start Cursor with NODE_EXTRA_CA_CERTS={cert} (docs/cursor-setup.md)"])
+        return Check("CA trust", "info", "no system CA bundle found to check; see docs/cursor-setup.md")
+    if os_name == "macos" and platform_name() == "macos":
+        try:
+            found = subprocess.run(["security", "find-certificate", "-a", "-c", "mitmproxy", "-p"],
+                                   capture_output=True, timeout=10).stdout
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return Check("CA trust", "info", f"could not ask the keychain ({e})")
+        if der and der[0] in _der_blocks(found):
+            return Check("CA trust", "ok", "the CA is in a keychain (check it is marked 'Always Trust')")
+        return Check("CA trust", "warn", "the CA is not in any keychain", [
+            f"sudo security add-trusted-cert -d -r trustRoot -k /Library/Keychains/System.keychain {cert}"])
+    return Check("CA trust", "info", f"not checked automatically on {os_name}: docs/cursor-setup.md shows how to "
+                 "trust the CA")
+
+
+def check_providers(path: Path) -> Check:
+    from byok.agent.config import ConfigFileError, load_providers
+
+    if not path.exists():
+        return Check("providers", "warn", f"{path} does not exist: no user models, Cursor's picker shows only its own",
+                     ["write it (docs/providers.md), the running proxy picks it up within seconds"])
+    try:
+        config = load_providers(path)
+    except ConfigFileError as e:
+        return Check("providers", "fail", str(e),
+                     ["fix the line named above (docs/providers.md lists every key); the proxy keeps running "
+                      "without user models until then"])
+    if not config.models:
+        return Check("providers", "warn", f"{path} defines no models", ["add [[providers.models]] (docs/providers.md)"])
+    fixes, status = [], "ok"
+    for m in config.models:
+        if m.problems:
+            status = "warn"
+            fixes.append(f"{m.display_name}: {m.problems[0]}")
+        elif m.resolve_api_key() is None:
+            status = "warn"
+            fixes.append(f"{m.display_name}: API key not found"
+                         + (f" (environment variable {m.api_key_env} is unset in this shell; it must be set where "
+                            "mitmdump runs)" if m.api_key_env else ""))
+    names = ", ".join(f"{m.display_name} [{m.public_id}]" for m in config.models)
+    return Check("providers", status, f"{path}: {len(config.models)} model(s): {names}", fixes)
+
+
+def check_db(path: Path) -> tuple[Check, dict]:
+    facts: dict = {}
+    if not path.exists():
+        return Check("database", "warn", f"{path} does not exist yet", [
+            "the proxy creates it on start: start it, or pass --db with the path given to `--set byok_db=...`"]), facts
+    try:
+        from .common import open_db
+
+        conn = open_db(path)
+        for table in ("runs", "llm_calls", "frames"):
+            facts[table] = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+        facts["last_frame_ms"] = conn.execute("SELECT max(ts_ms) FROM frames").fetchone()[0]
+        facts["last_run_ms"] = conn.execute("SELECT max(started_at_ms) FROM runs").fetchone()[0]
+        conn.close()
+    except Exception as e:
+        return Check("database", "fail", f"{path} cannot be opened or migrated: {e}", [
+            "is it a cursor-byok database? move it aside; the proxy creates a new one"]), facts
+    return Check("database", "ok", f"{path}: {facts['runs']} runs, {facts['llm_calls']} provider calls, "
+                 f"{facts['frames']} frames"), facts
+
+
+def check_proxy(proxy: str, pem: bytes | None, timeout: float = 2.0) -> Check:
+    parts = urlsplit(proxy if "://" in proxy else "http://" + proxy)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 8080
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as e:
+        return Check("proxy", "fail", f"nothing listens on {host}:{port} ({e.strerror or e})", [
+            "start it: `mitmdump -s addon/cursor_byok.py` (add `--listen-port N` for another port, then pass "
+            "--proxy http://127.0.0.1:N here and in Cursor's http.proxy)"])
+    served = _served_ca(proxy, timeout)
+    if served is None or pem is None:
+        return Check("proxy", "ok", f"{host}:{port} accepts connections")
+    if _der_blocks(served)[:1] == _der_blocks(pem)[:1]:
+        return Check("proxy", "ok", f"{host}:{port} is a mitmproxy signing with the CA in the confdir")
+    return Check("proxy", "warn", f"{host}:{port} is a mitmproxy with a different CA than the confdir's", [
+        "the proxy was started with another confdir (--set confdir=...): pass the same --confdir here, and make "
+        "sure Cursor trusts THAT CA"])
+
+
+def _served_ca(proxy: str, timeout: float) -> bytes | None:
+    """mitmproxy answers http://mitm.it/cert/pem itself (onboarding app); None if this one does not."""
+    import httpx
+
+    try:
+        response = httpx.get("http://mitm.it/cert/pem", proxy=proxy, timeout=timeout, trust_env=False)
+    except httpx.HTTPError:
+        return None
+    return response.content if response.status_code == 200 and b"BEGIN CERTIFICATE" in response.content else None
+
+
+def check_traffic(facts: dict, recent_min: float) -> Check:
+    last = max((v for v in (facts.get("last_frame_ms"), facts.get("last_run_ms")) if v), default=None)
+    if last is None:
+        return Check("traffic", "warn", "no agent run has reached the proxy (none recorded in this database)")
+    age_min = (time.time() * 1000 - last) / 60000
+    when = f"{age_min:.0f} min ago" if age_min < 120 else f"{age_min / 60:.1f} h ago"
+    if age_min <= recent_min:
+        return Check("traffic", "ok", f"last agent run or frame {when}")
+    return Check("traffic", "warn", f"last agent run or frame {when} (nothing in the last {recent_min:g} min)")
+
+
+def cursor_settings_path(os_name: str) -> Path:
+    if os_name == "macos":
+        return Path.home() / "Library" / "Application Support" / "Cursor" / "User" / "settings.json"
+    if os_name == "windows":
+        appdata = os.environ.get("APPDATA") or str(Path.home() / "AppData" / "Roaming")
+        return Path(appdata) / "Cursor" / "User" / "settings.json"
+    config = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(config) / "Cursor" / "User" / "settings.json"
+
+
+def parse_jsonc(text: str) -> dict:
+    """settings.json is JSON with comments and trailing commas (VS Code's JSONC)."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            out.append(text[i:j + 1])
+            i = j + 1
+        elif text.startswith("//", i):
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            i = n if end < 0 else end + 2
+        else:
+            out.append(c)
+            i += 1
+    cleaned = re.sub(r",(\s*[}\]])", r"\1", "".join(out))
+    return json.loads(cleaned) if cleaned.strip() else {}
+
+
+def _same_proxy(a: str, b: str) -> bool:
+    def norm(url: str) -> tuple:
+        p = urlsplit(url if "://" in url else "http://" + url)
+        host = "127.0.0.1" if p.hostname in ("localhost", "127.0.0.1", "::1") else p.hostname
+        return host, p.port or 80
+
+    return norm(a) == norm(b)
+
+
+def check_cursor_settings(path: Path, proxy: str) -> list[Check]:
+    if not path.exists():
+        return [Check("Cursor settings", "warn", f"{path} not found (Cursor never started for this user, or "
+                      "another OS/profile)", ["set the values in Cursor: docs/cursor-setup.md"])]
+    try:
+        settings = parse_jsonc(path.read_text(encoding="utf-8"))
+    except (ValueError, OSError) as e:
+        return [Check("Cursor settings", "fail", f"{path} cannot be read as JSON: {e}")]
+    checks = []
+    value = settings.get("http.proxy")
+    if not value:
+        checks.append(Check("http.proxy", "fail", "not set: Cursor connects to its backend directly",
+                            [f'"http.proxy": "{proxy}" in {path}, then reload the window']))
+    elif _same_proxy(value, proxy):
+        checks.append(Check("http.proxy", "ok", value))
+    else:
+        checks.append(Check("http.proxy", "warn", f"{value}, not {proxy}",
+                            [f'set "http.proxy": "{proxy}" (or pass --proxy {value} if that is where it runs)']))
+    support = settings.get("http.proxySupport")
+    if support == "on":
+        checks.append(Check("http.proxySupport", "ok", "on"))
+    elif support == "off":
+        checks.append(Check("http.proxySupport", "fail", "off: the proxy setting is ignored", ['"http.proxySupport": "on"']))
+    else:
+        checks.append(Check("http.proxySupport", "warn", f"{support or 'unset (override)'}: use on",
+                            ['"http.proxySupport": "on"']))
+    if settings.get("cursor.general.disableHttp2") is True:
+        checks.append(Check("HTTP/1.1", "ok", "cursor.general.disableHttp2 = true"))
+    else:
+        checks.append(Check("HTTP/1.1", "fail", "cursor.general.disableHttp2 is not true: Cursor uses HTTP/2 and the "
+                            "agent never takes the RunSSE + BidiAppend path", [
+                                '"cursor.general.disableHttp2": true (Settings > Network > HTTP/1.1 in Cursor)']))
+    if settings.get("http.proxyStrictSSL") is False:
+        checks.append(Check("http.proxyStrictSSL", "warn", "false: Cursor accepts any certificate on every host",
+                            ["trust mitmproxy's CA instead and remove this setting"]))
+    return checks
+
+
+# ---- the report ------------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> int:
+    os_name = args.os or platform_name()
+    confdir = args.confdir or default_confdir()
+    proxy = args.proxy or default_proxy()
+    settings_path = args.cursor_settings or cursor_settings_path(os_name)
+    ca, pem = check_ca(confdir)
+    db_check, facts = check_db(args.db or default_db())
+    checks = [
+        ca, check_trust(pem, os_name, args.system_ca_bundle, confdir), check_providers(args.config or default_config()),
+        db_check, check_proxy(proxy, pem), check_traffic(facts, args.recent),
+        *check_cursor_settings(settings_path, proxy),
+    ]
+    out = console()
+    out.print(f"[bold]cursor-byok doctor[/bold] ({os_name})")
+    for c in checks:
+        label, style = STYLE[c.status]
+        line = Text()
+        line.append(f"{label:>5}  ", style=style)
+        line.append(f"{c.name:<18} ", style="bold")
+        line.append(c.message)
+        out.print(line)
+        for fix in c.fix:
+            out.print(Text(f"{'':7}{'':18} fix: {fix}", style="dim" if c.status == "info" else ""))
+    by_name = {c.name: c for c in checks}
+    if by_name["traffic"].status != "ok":
+        print_no_request_story(out, by_name, proxy, os_name)
+    failed = [c for c in checks if c.status == "fail"]
+    out.print(f"\n{len(failed)} failed, {sum(c.status == 'warn' for c in checks)} warnings")
+    return 1 if failed else 0
+
+
+def print_no_request_story(out, by_name: dict[str, Check], proxy: str, os_name: str) -> None:
+    def mark(*names: str) -> str:
+        found = [by_name[n] for n in names if n in by_name]
+        worst = next((s for s in ("fail", "warn", "info", "ok") if any(c.status == s for c in found)), "info")
+        label, style = STYLE[worst]
+        return f"[{style}]{label}[/{style}]"
+
+    steps = [
+        (("proxy",), f"The proxy runs and listens where Cursor sends traffic ({proxy})."),
+        (("Cursor settings", "http.proxy", "http.proxySupport"),
+         f'Cursor\'s settings.json has "http.proxy": "{proxy}" and "http.proxySupport": "on"; after changing them, '
+         "reload the window (Developer: Reload Window) or restart Cursor."),
+        (("HTTP/1.1",), '"cursor.general.disableHttp2": true. With HTTP/2 the agent streams over one bidi call that '
+                        "the proxy passes through untouched, so no run is ever answered locally."),
+        (("CA", "CA trust"), "Cursor trusts mitmproxy's CA. If not, mitmdump logs 'client TLS handshake failed' for "
+                             "api2.cursor.sh and Cursor shows network errors: trust the CA "
+                             f"({'Keychain' if os_name == 'macos' else 'certificate store' if os_name == 'windows' else 'system bundle or NODE_EXTRA_CA_CERTS'}), "
+                             "restart Cursor."),
+        (("providers",), "A model of yours is picked in Cursor's model picker (runs on Cursor's own models pass "
+                         "upstream and are not answered here); if your models are missing from the picker, the "
+                         "providers file did not load."),
+        (("database",), "You are looking at the database the proxy writes: --db here = `--set byok_db=...` there."),
+    ]
+    out.print("\n[bold]No agent request reached the proxy? Check, in this order:[/bold]")
+    for n, (names, text) in enumerate(steps, 1):
+        out.print(f"  {n}. {mark(*names)} {text}")
+    out.print("  Then send one agent message in Cursor and run doctor again; `cursor-byok smoke` runs a turn "
+              "without Cursor to tell proxy/provider problems from Cursor-side ones. docs/troubleshooting.md has more.")

@@ -1,0 +1,200 @@
+"""`cursor-byok smoke`: one real agent turn through a running proxy, without Cursor.
+
+The Cursor-like client (`client.py`) opens RunSSE + BidiAppend through the proxy over HTTPS, trusting
+the CA in mitmproxy's confdir, asks one of the configured models to use Write, Read and Shell in a
+fresh temporary workspace (executed here by `executor.LocalExecutor`, as Cursor would), and prints
+every frame as it arrives. Success means the providers file, the proxy, the CA and the provider all
+work; what fails first is named with its fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from rich.table import Table
+from rich.text import Text
+
+from .common import console, default_config, default_confdir, default_proxy, fail
+
+TOOLS_PROMPT = (
+    "This is a connectivity check of a coding agent. Do exactly these steps with your tools, then stop: "
+    "1) Write the file smoke.txt containing the single line: cursor-byok smoke ok "
+    "2) Read smoke.txt back. "
+    "3) Run the shell command `ls` in the workspace. "
+    "Then answer with one short sentence saying what the file contains."
+)
+TEXT_PROMPT = "This is a connectivity check. Answer with one short sentence: which model are you?"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "smoke", help="run one real agent turn through the running proxy against your model (no Cursor needed)",
+        description="Drive one agent turn like Cursor does (RunSSE + BidiAppend through the proxy, over HTTPS "
+                    "with mitmproxy's CA) on one of your models, executing Write/Read/Shell in a temporary "
+                    "workspace, and print the frames as they arrive.")
+    p.add_argument("--proxy", default=None, help="the running proxy (default http://127.0.0.1:8080)")
+    p.add_argument("--confdir", type=Path, default=None, help="mitmproxy confdir with the CA (default ~/.mitmproxy)")
+    p.add_argument("--config", type=Path, default=None, help="providers file (default ~/.cursor-byok/providers.toml)")
+    p.add_argument("--model", default=None,
+                   help="public id, model id or display name of the model to use (default: the first one)")
+    p.add_argument("--prompt", default=None, help="what to ask (default: a Write/Read/Shell exercise)")
+    p.add_argument("--text-only", action="store_true", help="ask for a plain answer, no tools")
+    p.add_argument("--mode", choices=("agent", "ask", "plan"), default="agent", help="agent mode (default agent)")
+    p.add_argument("--workspace", type=Path, default=None,
+                   help="run the tools in this folder (default: a new temporary folder, removed afterwards)")
+    p.add_argument("--keep", action="store_true", help="keep the temporary workspace")
+    p.add_argument("--host", default="api2.cursor.sh", help="Cursor backend host to address (default api2.cursor.sh)")
+    p.add_argument("--timeout", type=float, default=300, help="seconds before giving up (default 300)")
+    p.add_argument("--quiet-deltas", action="store_true", help="do not print one line per text/thinking delta")
+    p.set_defaults(func=run)
+
+
+def pick_model(config_path: Path, wanted: str | None):
+    """The route to use, or raise SystemExit-worthy ValueError explaining why there is none."""
+    from byok.agent.config import ConfigFileError, load_providers
+
+    if not config_path.exists():
+        raise ValueError(f"no providers file at {config_path}: write one (docs/providers.md) or pass --config")
+    try:
+        config = load_providers(config_path)
+    except ConfigFileError as e:
+        raise ValueError(str(e)) from None
+    if not config.models:
+        raise ValueError(f"{config_path} defines no models")
+    if wanted is None:
+        return config.models[0]
+    for m in config.models:
+        if wanted in (m.public_id, m.model_id, m.display_name):
+            return m
+    names = ", ".join(f"{m.display_name} [{m.public_id}]" for m in config.models)
+    raise ValueError(f"no model {wanted!r} in {config_path}; there are: {names}")
+
+
+def run(args: argparse.Namespace) -> int:
+    config = args.config or default_config()
+    try:
+        route = pick_model(config, args.model)
+    except ValueError as e:
+        return fail(str(e))
+    confdir = args.confdir or default_confdir()
+    ca = confdir / "mitmproxy-ca-cert.pem"
+    if not ca.exists():
+        return fail(f"no CA at {ca}: start the proxy once (it creates the CA) or pass --confdir (cursor-byok doctor)")
+    temporary = args.workspace is None
+    workspace = Path(tempfile.mkdtemp(prefix="cursor-byok-smoke-")) if temporary else args.workspace.resolve()
+    workspace.mkdir(parents=True, exist_ok=True)
+    try:
+        return asyncio.run(_smoke(args, route, str(ca), workspace))
+    finally:
+        if temporary and not args.keep:
+            shutil.rmtree(workspace, ignore_errors=True)
+        elif temporary:
+            console().print(f"workspace kept: {workspace}")
+
+
+async def _smoke(args: argparse.Namespace, route, ca: str, workspace: Path) -> int:
+    import httpx
+
+    from byok.proto import agent_pb2 as apb
+
+    from . import frames as fr
+    from .client import CursorClient, user_turn_request
+    from .executor import LocalExecutor, ScriptedQueries
+
+    out = console()
+    proxy = args.proxy or default_proxy()
+    prompt = args.prompt or (TEXT_PROMPT if args.text_only else TOOLS_PROMPT)
+    mode = {"agent": apb.AGENT_MODE_AGENT, "ask": apb.AGENT_MODE_ASK, "plan": apb.AGENT_MODE_PLAN}[args.mode]
+    out.print(f"[bold]smoke[/bold]: {route.display_name} [{route.public_id}] = {route.provider}/{route.model_id} "
+              f"({route.kind}) via {proxy}, workspace {workspace}")
+    executor = LocalExecutor(workspace)
+    t0 = time.monotonic()
+    streaming = {"text": 0}
+
+    def on_frame(frame) -> None:
+        executor.on_frame(frame)
+        kind = frame.kind
+        if args.quiet_deltas and kind in ("interaction_update.text_delta", "interaction_update.thinking_delta"):
+            streaming["text"] += 1
+            return
+        line = Text(f"{time.monotonic() - t0:7.2f}s ", style="dim")
+        line.append("↓ " if frame.direction == "down" else "↑ ")
+        line.append(f"{kind:<40} ", style="red" if kind == "end_stream" and frame.message else
+                    "dim" if kind in fr.HEARTBEAT_KINDS else "cyan")
+        line.append(fr.describe(frame.direction, _end_json(frame) if kind == "end_stream" else frame.message,
+                                frame.flags, limit=100))
+        out.print(line)
+
+    client = CursorClient(proxy, ca, base_url=f"https://{args.host}", on_exec=executor.on_exec,
+                          on_query=ScriptedQueries().on_query, timeout_s=args.timeout)
+    request = user_turn_request(prompt, model_id=route.public_id, mode=mode, workspace=str(workspace))
+    try:
+        async with client:
+            result = await asyncio.wait_for(client.run(request, on_frame=on_frame), args.timeout)
+    except httpx.ProxyError as e:
+        return fail(f"the proxy refused the connection ({e}): is {proxy} a mitmproxy? (cursor-byok doctor)", 1)
+    except httpx.ConnectError as e:
+        text = str(e)
+        if "CERTIFICATE_VERIFY_FAILED" in text or "certificate" in text.lower():
+            return fail(f"TLS: the proxy's certificate is not signed by {ca} ({text}); the proxy runs with another "
+                        "confdir? (cursor-byok doctor)", 1)
+        return fail(f"cannot reach the proxy at {proxy}: {text or type(e).__name__}; is mitmdump running? "
+                    "(cursor-byok doctor)", 1)
+    except asyncio.TimeoutError:
+        return fail(f"no end of the turn after {args.timeout:g} s", 1)
+    except httpx.HTTPError as e:
+        return fail(f"HTTP error talking to the proxy: {type(e).__name__}: {e}", 1)
+    finally:
+        await executor.aclose()
+    return _summary(out, result, executor, workspace, streaming["text"])
+
+
+def _end_json(frame) -> dict:
+    error = frame.message
+    return {} if error is None else {"error": error.to_json()}
+
+
+def _summary(out, result, executor, workspace: Path, hidden_deltas: int) -> int:
+    from byok.proto import aiserver_pb2 as spb
+
+    ended = result.down("interaction_update.turn_ended")
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="dim")
+    table.add_column()
+    table.add_row("request", result.request_id)
+    table.add_row("frames", f"{sum(f.direction == 'down' for f in result.frames)} down, "
+                            f"{sum(f.direction == 'up' for f in result.frames)} up"
+                            + (f" ({hidden_deltas} deltas not printed)" if hidden_deltas else ""))
+    table.add_row("tools run here", ", ".join(m.WhichOneof("message") for m in executor.log) or "none")
+    files = sorted(p.name for p in workspace.iterdir() if not p.name.startswith("."))
+    table.add_row("workspace files", ", ".join(files) or "none")
+    if ended:
+        u = ended[-1].message.interaction_update.turn_ended
+        table.add_row("usage", " ".join(f"{f}={getattr(u, f)}" for f in ("input_tokens", "output_tokens",
+                                                                            "cache_read_tokens", "cache_write_tokens")
+                                        if u.HasField(f)) or "not reported")
+    table.add_row("answer", result.text() or "(no text)")
+    out.rule("result")
+    out.print(table)
+    if result.end_error is not None:
+        detail = ""
+        for d in result.end_error.details:
+            if d.type == "aiserver.v1.ErrorDetails":
+                detail = spb.ErrorDetails.FromString(d.value).details.detail
+        out.print(f"[bold red]FAILED[/bold red] {result.end_error.code.value}: {result.end_error.message}"
+                  + (f"\n  {detail}" if detail and detail not in result.end_error.message else ""))
+        out.print(f"  more: cursor-byok trace {result.request_id}")
+        return 1
+    if result.status != 200:
+        out.print(f"[bold red]FAILED[/bold red] RunSSE answered HTTP {result.status}")
+        return 1
+    if not ended:
+        out.print("[bold yellow]ended without turn_ended[/bold yellow] (was the run answered upstream?)")
+        return 1
+    out.print("[bold green]OK[/bold green]: provider config, proxy, CA and the agent turn work")
+    return 0
