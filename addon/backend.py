@@ -4,6 +4,7 @@
 - A local RunSSE is pointed at the embedded loopback stream server; mitmproxy streams its body.
 - Runs on any other model, and everything else, go upstream untouched and streamed.
 - `/agent/v1/run` is answered 404 in intercept mode so Cursor takes the RunSSE path (DESIGN §2).
+- Observe mode answers nothing: every agent RPC goes upstream untouched (no routing, no waiting).
 """
 
 from __future__ import annotations
@@ -114,6 +115,10 @@ class Backend:
         if not self._ready.is_set():
             await self._ready.wait()  # the proxy listens before `running` finished
         rpc = classify(flow, self.settings)
+        if self.settings.mode == "observe":
+            if rpc in (Rpc.RUN_SSE, Rpc.BIDI_APPEND, Rpc.RUN_PROBE):
+                flow.metadata["byok"] = "observe"  # passed upstream as sent; the recorder keeps the frames
+            return
         if rpc is Rpc.RUN_SSE:
             await self._run_sse(flow)
         elif rpc is Rpc.BIDI_APPEND:

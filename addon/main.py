@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .agent.config import ProvidersFile
 from .backend import Backend
+from .contentview import ContentViewRegistrar
 from .models import ModelListInjector
 from .options import Options
 from .providers_file import ProvidersFileAddon
@@ -28,6 +29,7 @@ def make_addons() -> list:
     backend = Backend(providers, recorder)
     return [
         Options(),
+        ContentViewRegistrar(),
         ProvidersFileAddon(providers),
         recorder,
         ModelListInjector(providers),

@@ -1,8 +1,19 @@
 """Recording: every Connect frame of the agent RPCs to the store, and streamed bodies kept on flows.
 
-Frames are buffered in memory and written in batches by one background task, so recording never
-puts a disk write on the path of a frame. A streamed RunSSE body is teed: mitmweb sees it grow while
-the stream runs (throttled updates) and the flow keeps it afterwards (also in `-w` flow files).
+Where frames come from:
+- local runs: the run's frame sink (`sink_for(request_id)`), both directions as the run sees them;
+- runs not answered here (official models in intercept mode, every run in observe mode): the RunSSE
+  response frames, teed from the streamed body (`tee_response`), and the BidiAppend request bodies
+  once the backend has passed them on (`response` / `error` hooks).
+The event loop only appends captured frames to a bounded buffer. One task hands batches to the
+store thread, where `FrameWriter` decodes what is still undecoded (kinds, BidiAppend bodies),
+numbers frames per (request_id, direction) and fills conversation_id from the request's
+run_request. `data` is always the uncompressed payload; `flags` are the wire flags.
+
+A streamed RunSSE body, local or upstream, is teed: mitmweb sees it grow while the stream runs
+(throttled updates, the last one never later than one interval) and the flow keeps it afterwards
+(also in `-w` flow files). The tee only copies: the bytes the client gets are never touched.
+`byok_record=false` stops frames going to the store; bodies are still kept on flows for display.
 """
 
 from __future__ import annotations
@@ -10,86 +21,352 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import zlib
+from collections import OrderedDict
+from dataclasses import dataclass
 
+from google.protobuf.message import DecodeError
 from mitmproxy import ctx, http
 from mitmproxy.hooks import UpdateHook
+
+from byok.proto import agent_pb2 as apb
+
+from .agent import connect
+from .agent.cursor.bidi import decode_bidi_append, decode_run_sse
+from .agent.run import FrameSink
+from .router import BIDI_APPEND_PATH
 
 log = logging.getLogger("byok.recorder")
 
 LIVE_UPDATE_INTERVAL_S = 0.25
+FLUSH_INTERVAL_S = 0.2
+MAX_PENDING_BYTES = 64 * 1024 * 1024
+"""Frames waiting for the store beyond this are dropped (and counted): a stuck disk must not grow
+the proxy without bound."""
+PASSED_ON = ("upstream", "observe")
+"""`flow.metadata["byok"]` of agent RPC flows the backend did not answer itself."""
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(slots=True)
+class Captured:
+    """One frame as captured on the event loop; `FrameWriter` completes it on the store thread."""
+
+    request_id: str | None
+    direction: str
+    ts_ms: int
+    kind: str | None
+    flags: int
+    data: bytes
+    append_content_type: str | None = None
+    """Set when `data` is a whole BidiAppend body still to decode (request id, message)."""
+
+
+def server_kind(payload: bytes, flags: int) -> str:
+    """The kind of a down frame, named like the local run's frames (`interaction_update.text_delta`)."""
+    if flags & connect.FLAG_END_STREAM:
+        return "end_stream"
+    try:
+        message = apb.AgentServerMessage.FromString(payload)
+    except DecodeError:
+        return "undecodable"
+    kind = message.WhichOneof("message") or "empty"
+    if kind in ("interaction_update", "kv_server_message"):
+        return f"{kind}.{getattr(message, kind).WhichOneof('message')}"
+    return kind
+
+
+# ---- store thread ----------------------------------------------------------------------------------
+
+
+class FrameWriter:
+    """Completes and writes batches; runs on the store thread only (its maps are not shared).
+
+    seq continues from the database the first time a (request, direction) is seen, so a request
+    seen again after its counters left the bounded cache still numbers on.
+    """
+
+    def __init__(self, max_requests: int = 4096) -> None:
+        self.max_requests = max_requests
+        self._seq: OrderedDict[tuple[str, str], int] = OrderedDict()
+        self._conversations: OrderedDict[str, str] = OrderedDict()
+
+    def write(self, store, batch: list[Captured]) -> int:
+        rows, learned = [], {}
+        for item in batch:
+            row = self._row(store, item, learned)
+            if row is not None:
+                rows.append(row)
+        for row in rows:
+            row["conversation_id"] = self._conversations.get(row["request_id"])
+        store.record_frames(rows)
+        for request_id, conversation_id in learned.items():
+            # frames of this request written before its run_request was seen
+            store.db.execute(
+                "UPDATE frames SET conversation_id = ? WHERE request_id = ? AND conversation_id IS NULL",
+                [conversation_id, request_id],
+            )
+        return len(rows)
+
+    def _row(self, store, item: Captured, learned: dict[str, str]) -> dict | None:
+        request_id, kind, data, message = item.request_id, item.kind, item.data, None
+        if item.append_content_type is not None:
+            try:
+                append = decode_bidi_append(data, item.append_content_type)
+            except (connect.ConnectError, ValueError) as e:
+                log.info("BidiAppend passed upstream is not decodable, not recorded: %s", e)
+                return None
+            request_id, message, data = append.request_id, append.message, append.raw
+            kind = message.WhichOneof("message") or "empty"
+        elif kind is None:
+            kind = server_kind(data, item.flags) if item.direction == "down" else "undecodable"
+        assert request_id is not None
+        if item.direction == "up" and kind == "run_request" and request_id not in self._conversations:
+            try:
+                message = message or apb.AgentClientMessage.FromString(data)
+            except DecodeError:
+                message = None
+            if message is not None and message.run_request.conversation_id:
+                self._remember(self._conversations, request_id, message.run_request.conversation_id)
+                learned[request_id] = message.run_request.conversation_id
+        return {
+            "request_id": request_id, "seq": self._next_seq(store, request_id, item.direction),
+            "direction": item.direction, "ts_ms": item.ts_ms, "kind": kind, "flags": item.flags, "data": data,
+        }
+
+    def _next_seq(self, store, request_id: str, direction: str) -> int:
+        key = (request_id, direction)
+        seq = self._seq.get(key)
+        if seq is None:
+            row = store.db.execute(
+                "SELECT max(seq) FROM frames WHERE request_id = ? AND direction = ?", [request_id, direction]
+            ).fetchone()
+            seq = 0 if row is None or row[0] is None else row[0] + 1
+        self._remember(self._seq, key, seq + 1)
+        return seq
+
+    def _remember(self, cache: OrderedDict, key, value) -> None:
+        cache[key] = value
+        cache.move_to_end(key)
+        while len(cache) > self.max_requests:
+            cache.popitem(last=False)
+
+
+# ---- streamed bodies ---------------------------------------------------------------------------------
+
+
+class StreamTee:
+    """The `flow.response.stream` callable of one RunSSE flow: keeps a copy of every chunk for the
+    flow, publishes it to mitmweb (throttled), and, for runs not answered here, cuts the copy into
+    frames for the store. Returns each chunk unchanged."""
+
+    def __init__(self, recorder: "Recorder", flow: http.HTTPFlow, request_id: str | None,
+                 interval_s: float = LIVE_UPDATE_INTERVAL_S) -> None:
+        self.recorder = recorder
+        self.flow = flow
+        self.request_id = request_id
+        self.interval_s = interval_s
+        self.body = bytearray()
+        self.closed = False
+        self.streamed = False
+        """Chunks went through; a response an addon made in `request` is never streamed and keeps its body."""
+        self._decoder = connect.EnvelopeDecoder() if request_id else None
+        self._inflate = _http_decoder(flow.response) if request_id else None
+        self._last_publish = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+
+    def __call__(self, chunk: bytes) -> bytes:
+        self.streamed = True
+        if chunk and not self.closed:
+            self.body += chunk
+            if self._decoder is not None:
+                self._record(chunk)
+            self._schedule_publish()
+        return chunk
+
+    def _record(self, chunk: bytes) -> None:
+        try:
+            data = self._inflate.decompress(chunk) if self._inflate is not None else chunk
+            frames = self._decoder.feed(data)
+        except (connect.ConnectError, zlib.error) as e:
+            log.warning("[%s] RunSSE frames no longer recorded: %s", self.request_id, e)
+            self._decoder = None
+            return
+        ts = now_ms()
+        for frame in frames:
+            self.recorder.capture(Captured(self.request_id, "down", ts, None, frame.flags, frame.payload))
+
+    def _schedule_publish(self) -> None:
+        due = self._last_publish + self.interval_s
+        now = time.monotonic()
+        if now >= due:
+            self.publish()
+        elif self._timer is None:
+            try:
+                self._timer = asyncio.get_running_loop().call_later(due - now, self.publish)
+            except RuntimeError:  # no loop (called outside mitmproxy): publish at the next chunk
+                pass
+
+    def publish(self) -> None:
+        """Put the bytes so far on the flow and tell the UI (mitmweb) the flow changed."""
+        self._timer = None
+        if self.closed or self.flow.response is None:
+            return
+        self._last_publish = time.monotonic()
+        self.flow.response.data.content = bytes(self.body)
+        ctx.master.addons.trigger(UpdateHook([self.flow]))
+
+    def keep(self) -> None:
+        """Put the bytes so far on the flow, without telling the UI."""
+        if self.streamed and self.flow.response is not None:
+            self.flow.response.data.content = bytes(self.body)
+
+    def finish(self) -> None:
+        """The stream ended (or failed): the flow keeps the whole body, already sent to the client."""
+        self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.keep()
+        if self._decoder is not None and self._decoder.buffered:
+            log.info("[%s] RunSSE ended inside a frame (%d bytes left over)", self.request_id, self._decoder.buffered)
+
+
+def _http_decoder(response: http.Response | None):
+    """RunSSE bodies are not content-encoded (Connect compresses per frame); if one is, inflate
+    gzip/deflate for recording (the flow keeps the bytes as sent)."""
+    encoding = (response.headers.get("content-encoding", "") if response is not None else "").strip().lower()
+    if encoding in ("", "identity"):
+        return None
+    if encoding in ("gzip", "x-gzip", "deflate"):
+        return zlib.decompressobj(32 + zlib.MAX_WBITS)  # gzip or zlib header, detected
+    raise ValueError(f"content-encoding {encoding!r}")
+
+
+# ---- the addon ------------------------------------------------------------------------------------------
 
 
 class Recorder:
-    def __init__(self) -> None:
+    def __init__(self, *, flush_interval_s: float = FLUSH_INTERVAL_S,
+                 max_pending_bytes: int = MAX_PENDING_BYTES) -> None:
         self.store = None
-        self._rows: list[dict] = []
-        self._seq: dict[tuple[str, str], int] = {}
+        self.enabled = True
+        """`byok_record`: frames go to the store."""
+        self.writer = FrameWriter()
+        self.flush_interval_s = flush_interval_s
+        self.max_pending_bytes = max_pending_bytes
+        self.dropped = 0
+        self._pending: list[Captured] = []
+        self._pending_bytes = 0
+        self._lock = asyncio.Lock()
         self._task: asyncio.Task | None = None
-        self._tees: dict[str, bytearray] = {}
+        self._tees: dict[str, StreamTee] = {}
+
+    def configure(self, updated: set[str]) -> None:
+        if "byok_record" in updated:
+            self.enabled = bool(ctx.options.byok_record)
 
     def attach(self, store) -> None:
+        """Start writing to `store` (an AsyncStore) once the backend has opened it."""
         self.store = store
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._flush_forever(), name="byok recorder")
 
-    # ---- frames -> store ---------------------------------------------------------------------------
+    # ---- capture (event loop, never blocks) ------------------------------------------------------
 
-    def sink_for(self, request_id: str):
+    def capture(self, item: Captured) -> None:
+        if not self.enabled:
+            return
+        if self._pending_bytes + len(item.data) > self.max_pending_bytes:
+            self.dropped += 1
+            return
+        self._pending.append(item)
+        self._pending_bytes += len(item.data)
+
+    def sink_for(self, request_id: str) -> FrameSink:
+        """The frame sink of a local run (both directions, as the run sends and receives them)."""
+
         def sink(direction: str, kind: str, payload: bytes, flags: int) -> None:
-            key = (request_id, direction)
-            seq = self._seq.get(key, 0)
-            self._seq[key] = seq + 1
-            self._rows.append({
-                "request_id": request_id, "conversation_id": None, "seq": seq, "direction": direction,
-                "ts_ms": time.time_ns() // 1_000_000, "kind": kind, "flags": flags, "data": payload,
-            })
+            self.capture(Captured(request_id, direction, now_ms(), kind, flags, payload))
 
         return sink
 
-    async def _flush_forever(self) -> None:
-        while True:
-            await asyncio.sleep(0.2)
-            await self.flush()
-
-    async def flush(self) -> None:
-        if not self._rows or self.store is None:
-            return
-        rows, self._rows = self._rows, []
+    def tee_response(self, flow: http.HTTPFlow) -> StreamTee:
+        """The stream callable for a RunSSE response (set in `responseheaders`)."""
+        request_id = None
+        if self.enabled and flow.metadata.get("byok") in PASSED_ON:
+            request_id = self._run_sse_request_id(flow)
         try:
-            await self.store.record_frames(rows)
-        except Exception:
-            log.exception("could not record %d frames", len(rows))
+            tee = StreamTee(self, flow, request_id)
+        except ValueError as e:
+            log.warning("RunSSE response with %s: frames not recorded", e)
+            tee = StreamTee(self, flow, None)
+        self._tees[flow.id] = tee
+        return tee
+
+    @staticmethod
+    def _run_sse_request_id(flow: http.HTTPFlow) -> str | None:
+        if flow.metadata.get("byok_request_id"):
+            return flow.metadata["byok_request_id"]
+        try:
+            return decode_run_sse(flow.request.content or b"",
+                                  flow.request.headers.get("content-type", "application/connect+proto"))
+        except (connect.ConnectError, ValueError) as e:
+            log.info("RunSSE request without a readable request id, frames not recorded: %s", e)
+            return None
+
+    # ---- hooks -------------------------------------------------------------------------------------
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        self._flow_ended(flow)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        self._flow_ended(flow)
+
+    def _flow_ended(self, flow: http.HTTPFlow) -> None:
+        tee = self._tees.pop(flow.id, None)
+        if tee is not None:
+            tee.finish()
+        if (flow.metadata.get("byok") in PASSED_ON and flow.request.method == "POST"
+                and flow.request.path.split("?", 1)[0] == BIDI_APPEND_PATH):
+            self._capture_append(flow)
+
+    def _capture_append(self, flow: http.HTTPFlow) -> None:
+        body = flow.request.get_content(strict=False)  # content-encoding removed when possible
+        if body is None:
+            return
+        ts = flow.request.timestamp_end or flow.request.timestamp_start or time.time()
+        self.capture(Captured(None, "up", int(ts * 1000), None, 0, body,
+                              append_content_type=flow.request.headers.get("content-type", "application/proto")))
 
     async def done(self) -> None:
         if self._task is not None:
             self._task.cancel()
             self._task = None
+        for tee in self._tees.values():
+            tee.keep()  # `-w` writes live flows at shutdown; streams still ending finish later
         await self.flush()
 
-    # ---- streamed bodies on flows ---------------------------------------------------------------------
+    # ---- store -------------------------------------------------------------------------------------
 
-    def tee_response(self, flow: http.HTTPFlow):
-        buf = self._tees[flow.id] = bytearray()
-        last = [0.0]
+    async def flush(self) -> None:
+        """Hand everything captured so far to the store thread (one transaction per batch)."""
+        async with self._lock:
+            if self._pending and self.store is not None:
+                batch, self._pending, self._pending_bytes = self._pending, [], 0
+                try:
+                    await self.store.call(self.writer.write, batch)
+                except Exception:
+                    log.exception("could not record %d frames", len(batch))
+            if self.dropped:
+                log.warning("%d frames not recorded: more than %d bytes were waiting for the database",
+                            self.dropped, self.max_pending_bytes)
+                self.dropped = 0
 
-        def tee(chunk: bytes) -> bytes:
-            buf.extend(chunk)
-            now = time.monotonic()
-            if chunk and now - last[0] >= LIVE_UPDATE_INTERVAL_S:
-                last[0] = now
-                flow.response.data.content = bytes(buf)  # partial body, for mitmweb while streaming
-                ctx.master.addons.trigger(UpdateHook([flow]))
-            return chunk
-
-        return tee
-
-    def response(self, flow: http.HTTPFlow) -> None:
-        self._keep_body(flow)
-
-    def error(self, flow: http.HTTPFlow) -> None:
-        self._keep_body(flow)
-
-    def _keep_body(self, flow: http.HTTPFlow) -> None:
-        buf = self._tees.pop(flow.id, None)
-        if buf is not None and flow.response is not None:
-            flow.response.data.content = bytes(buf)  # already streamed: kept for display and -w files
+    async def _flush_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.flush_interval_s)
+            await self.flush()
