@@ -54,6 +54,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="whose set-up to check and explain (default: this machine's)")
     p.add_argument("--recent", type=float, default=60, metavar="MINUTES",
                    help="an agent run within this many minutes counts as recent traffic (default 60)")
+    p.add_argument("--timeout", type=float, default=2.0, help="seconds for each network check (default 2)")
     p.add_argument("--system-ca-bundle", type=Path, default=None, help=argparse.SUPPRESS)
     p.set_defaults(func=run)
 
@@ -313,7 +314,7 @@ def run(args: argparse.Namespace) -> int:
     db_check, facts = check_db(args.db or default_db())
     checks = [
         ca, check_trust(pem, os_name, args.system_ca_bundle, confdir), check_providers(args.config or default_config()),
-        db_check, check_proxy(proxy, pem), check_traffic(facts, args.recent),
+        db_check, check_proxy(proxy, pem, args.timeout), check_traffic(facts, args.recent),
         *check_cursor_settings(settings_path, proxy),
     ]
     out = console()
