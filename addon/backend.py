@@ -30,6 +30,7 @@ from .stream_server import RUN_HEADER, StreamServer
 log = logging.getLogger("byok.backend")
 
 CONNECT_PROTO = "application/connect+proto"
+ANSWERED_HERE = ("rejected", "run-probe", "answered")
 
 
 class Backend:
@@ -128,6 +129,8 @@ class Backend:
             flow.metadata["byok"] = "run-probe"
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
+        if flow.metadata.get("byok") in ANSWERED_HERE:
+            return  # built in `request`: already complete, nothing to stream
         target = flow.metadata.get("byok_target")
         if target:  # show the real host again (the request already went to the loopback server)
             flow.request.scheme, flow.request.host, flow.request.port = target
@@ -204,7 +207,7 @@ class Backend:
         if route is Route.UPSTREAM:
             flow.metadata["byok"] = "upstream"
             return
-        flow.metadata["byok"] = "local"
+        flow.metadata["byok"] = "answered"
         flow.response = http.Response.make(200, b"", {"content-type": "application/proto"})
 
     @staticmethod

@@ -14,7 +14,6 @@ import gzip
 import json
 import struct
 import zlib
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 FLAG_COMPRESSED = 0x01

@@ -32,7 +32,7 @@ from .config import ModelRoute
 from .cursor import context as request_context
 from .cursor import projection as proj
 from .cursor import updates
-from .errors import AlreadyExists, ConfigError, ProtocolError, RunCanceled
+from .errors import AlreadyExists, ConfigError, ProtocolError, ProviderError, RunCanceled
 from .providers import adapter_for
 from .providers.base import (
     Done, ModelCycle, ModelRequest, TextDelta, ThinkingDelta, ThinkingEnd, ThinkingStart, ToolCallStart, Usage,

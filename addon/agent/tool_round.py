@@ -18,7 +18,6 @@ error result it sees; the client's violations (raised by the exec table) end the
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -114,16 +113,11 @@ def prepare(state: CallState, arguments: str, turn: "Turn", started_at_ms: int) 
     if state.tool is None:
         return
     try:
-        text = arguments.strip()
-        parsed = json.loads(text) if text else {}
-        if not isinstance(parsed, dict):
-            raise ToolArgsError("the arguments must be a JSON object")
+        parsed = registry.decode_args(arguments)
         state.card_args = state.tool.parse(parsed, state.call_id, turn.tool_context)
         state.json_args = parsed
-    except json.JSONDecodeError as e:
-        state.error = f"The arguments of {state.name} are not valid JSON: {e}"
     except ToolArgsError as e:
-        state.error = f"Invalid arguments for {state.name}: {e}"
+        state.error = str(e)  # the reason only: invalid_args_outcome words the message
 
 
 def restored_round(turn: "Turn", pending: proj.Pending) -> "Round":
@@ -236,7 +230,7 @@ class Round:
         try:
             return await state.tool.run(port, state.json_args, state.card_args)
         except ToolArgsError as e:
-            return registry.invalid_args_outcome(state.tool, f"{state.name} failed: {e}")
+            return registry.invalid_args_outcome(state.tool, str(e))
 
 
 def _first_error(group: BaseExceptionGroup) -> BaseException:

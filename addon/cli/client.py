@@ -171,6 +171,7 @@ class CursorClient:
         """Open RunSSE, send the run_request, serve KV/exec/queries until the end-stream."""
         request_id = request_id or str(uuid.uuid4())
         frames = self._frames.setdefault(request_id, [])
+        first_frame = len(frames)  # a second run on the same request id reports only its own frames
         if send_run_request:
             self.append_soon(request_id, apb.AgentClientMessage(run_request=run_request), delay=run_request_delay_s)
         body = connect.encode_envelope(spb.BidiRequestId(request_id=request_id).SerializeToString())
@@ -201,7 +202,7 @@ class CursorClient:
             decoder.close()
         if not ended:
             raise AssertionError("RunSSE ended without an end-stream frame")
-        return RunResult(request_id, frames, end_error, status)
+        return RunResult(request_id, frames[first_frame:], end_error, status)
 
     async def _handle(self, request_id: str, message: apb.AgentServerMessage) -> None:
         kind = message.WhichOneof("message")

@@ -25,6 +25,16 @@ def home(tmp_path):
     return tmp_path / "home"
 
 
+@pytest.fixture
+def provider():
+    """A provider per test: these tests restart or kill the proxy mid-stream, and a script one test
+    leaves unconsumed must not answer the next test's call."""
+    from tests.support.scripted_provider import ScriptedProvider
+
+    with ScriptedProvider() as p:
+        yield p
+
+
 def messages_of(provider_request) -> list:
     return provider_request.json["messages"]
 

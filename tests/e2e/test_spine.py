@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import time
 
-import httpx
 import pytest
 
 from byok.agent import connect
-from byok.cli.client import CursorClient, user_turn_request
+from byok.cli.client import user_turn_request
 from byok.proto import agent_pb2 as apb, aiserver_pb2 as spb
 from tests.e2e.conftest import run, start_proxy
 from tests.support.scripted_provider import CHAT, HttpError, Sse, Usage
@@ -174,13 +172,15 @@ def test_out_of_order_and_duplicate_appends(env, provider):
             run_request = apb.AgentClientMessage(run_request=user_turn_request("hi", model_id=model))
 
             async def send_appends():
-                await client.append(request_id, heartbeat, seqno=1)
-                await asyncio.sleep(0.2)
+                early = asyncio.ensure_future(client.append(request_id, heartbeat, seqno=1))
+                await asyncio.sleep(0.3)
+                assert not early.done()  # held until its run_request arrives
                 responses = await asyncio.gather(
                     client.append(request_id, run_request, seqno=0),
                     client.append(request_id, run_request, seqno=0),
                     client.append(request_id, heartbeat, seqno=1),
                 )
+                responses.append(await early)
                 assert all(r.status_code == 200 for r in responses), [r.text for r in responses]
 
             task = asyncio.ensure_future(send_appends())
@@ -377,9 +377,9 @@ def test_official_connect_python_client_drives_a_turn(env, provider):
         return messages, error
 
     async def scenario():
-        transport = HTTPTransport(tls_ca_cert=ca, proxy=proxy.url)
-        async with Client(transport) as http, ConnectClient(
-                "https://api2.cursor.sh", codec=google_protobuf_binary_codec(), http_client=http) as client:
+        http = Client(HTTPTransport(tls_ca_cert=ca, proxy=proxy.url))
+        async with ConnectClient("https://api2.cursor.sh", codec=google_protobuf_binary_codec(),
+                                 http_client=http) as client:
             ok = await one_run(client, "req-connectrpc-ok", "hello connect")
             failed = await one_run(client, "req-connectrpc-fail", "fail connect")
             return ok, failed
