@@ -103,7 +103,7 @@ async def _smoke(args: argparse.Namespace, route, ca: str, workspace: Path) -> i
     from byok.proto import agent_pb2 as apb
 
     from . import frames as fr
-    from .client import CursorClient, user_turn_request
+    from .client import CursorClient, Frame, user_turn_request
     from .executor import LocalExecutor, ScriptedQueries
 
     out = console()
@@ -130,8 +130,16 @@ async def _smoke(args: argparse.Namespace, route, ca: str, workspace: Path) -> i
                                 frame.flags, limit=100))
         out.print(line)
 
-    client = CursorClient(proxy, ca, base_url=f"https://{args.host}", on_exec=executor.on_exec,
-                          on_query=ScriptedQueries().on_query, timeout_s=args.timeout)
+    class PrintingClient(CursorClient):
+        """The Cursor-like client, also printing each append (an up frame) as it is sent."""
+
+        async def append(self, request_id, message, *, seqno=None, body=None):
+            if body is None:
+                on_frame(Frame("up", time.monotonic(), message, seqno=seqno))
+            return await super().append(request_id, message, seqno=seqno, body=body)
+
+    client = PrintingClient(proxy, ca, base_url=f"https://{args.host}", on_exec=executor.on_exec,
+                            on_query=ScriptedQueries().on_query, timeout_s=args.timeout)
     request = user_turn_request(prompt, model_id=route.public_id, mode=mode, workspace=str(workspace))
     try:
         async with client:
