@@ -1,11 +1,13 @@
 """End-to-end harness: a real `mitmdump -s addon/cursor_byok.py` subprocess on a free loopback port,
-with its own confdir (fresh CA), database and providers file. Nothing touches `~`."""
+with its own confdir (fresh CA), database and providers file. Nothing touches `~`. With
+`binary="mitmweb"` the same proxy runs headless under mitmweb, its REST API on `web_url`."""
 
 from __future__ import annotations
 
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -46,8 +48,11 @@ class Proxy:
     home: Path
     options: dict = field(default_factory=dict)
     extra_scripts: list[str] = field(default_factory=list)
+    binary: str = "mitmdump"
+    """mitmdump, or mitmweb (no browser; web UI and REST API on 127.0.0.1:web_port)."""
     process: subprocess.Popen | None = None
     port: int = 0
+    web_port: int = 0
     stream_port: int = 0
     ready_s: float = 0.0
 
@@ -75,16 +80,23 @@ class Proxy:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def web_url(self) -> str:
+        return f"http://127.0.0.1:{self.web_port}"
+
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def start(self, timeout: float = 30.0) -> "Proxy":
         self.home.mkdir(parents=True, exist_ok=True)
         opts = {"byok_db": str(self.db), "byok_config": str(self.config), **self.options}
-        args = [MITMDUMP, "-s", str(ROOT / "addon" / "cursor_byok.py")]
+        args = [str(Path(MITMDUMP).with_name(self.binary)), "-s", str(ROOT / "addon" / "cursor_byok.py")]
         for script in self.extra_scripts:
             args += ["-s", script]
         args += ["--listen-host", "127.0.0.1", "--listen-port", "0", "--set", f"confdir={self.confdir}"]
+        if self.binary == "mitmweb":
+            self.web_port = self.web_port or free_port()
+            opts = {"web_open_browser": "false", "web_host": "127.0.0.1", "web_port": self.web_port, **opts}
         for key, value in opts.items():
             args += ["--set", f"{key}={value}"]
         log = open(self.log_path, "ab")
@@ -97,15 +109,16 @@ class Proxy:
             text = self.log()[offset:] if offset <= len(self.log()) else self.log()
             listen = re.search(r"proxy listening at 127\.0\.0\.1:(\d+)", text)
             ready = re.search(r"cursor-byok ready: .* stream server 127\.0\.0\.1:(\d+)", text)
-            if listen and ready:
+            web = self.binary != "mitmweb" or re.search(r"Web server listening at http://127\.0\.0\.1:\d+/", text)
+            if listen and ready and web:
                 self.port, self.stream_port = int(listen.group(1)), int(ready.group(1))
                 self.ready_s = time.monotonic() - t0
                 return self
             if self.process.poll() is not None:
-                raise RuntimeError(f"mitmdump exited with {self.process.returncode}:\n{self.log()}")
+                raise RuntimeError(f"{self.binary} exited with {self.process.returncode}:\n{self.log()}")
             time.sleep(0.05)
         self.stop()
-        raise RuntimeError(f"mitmdump not ready after {timeout}s:\n{self.log()}")
+        raise RuntimeError(f"{self.binary} not ready after {timeout}s:\n{self.log()}")
 
     def stop(self, sig: int = signal.SIGINT, timeout: float = 15.0) -> int | None:
         if self.process is None:
@@ -129,6 +142,12 @@ class Proxy:
 
     def client(self, **kwargs) -> CursorClient:
         return CursorClient(self.url, self.ca_file, **kwargs)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def model_entry(base_url: str, *, kind: str = "openai_chat", model_id: str = "test-model", name: str = "scripted",
