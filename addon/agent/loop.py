@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Mapping
@@ -28,7 +29,7 @@ from byok.store import AsyncStore, BlobRef, NewMessage, RunExists, StaleRun, Sto
 
 from . import history
 from .clock import Clock, Ids
-from .config import ModelRoute
+from .config import ModelRoute, redact
 from .cursor import context as request_context
 from .cursor import projection as proj
 from .cursor import updates
@@ -37,7 +38,7 @@ from .providers import adapter_for
 from .providers.base import (
     Done, ModelCycle, ModelRequest, TextDelta, ThinkingDelta, ThinkingEnd, ThinkingStart, ToolCallStart, Usage,
 )
-from .providers.io import CallMetrics, stream_model
+from .providers.io import CallMetrics, stream_http
 from .run import Run
 from .transcript import AssistantItem, TextPart, ToolCall, UserItem
 
@@ -390,9 +391,13 @@ class Turn:
         raw = bytearray() if self.svc.verbose_llm else None
         thinking = _ThinkingTimer()
         try:
+            http_request = adapter.build_request(request)
+            if self.svc.verbose_llm:
+                body = json.dumps(http_request.body, ensure_ascii=False, sort_keys=True)
+                await self.svc.store.finish_llm_call(llm_id, {"request_body": redact(body, [route])})
             async with contextlib.aclosing(
-                stream_model(self.svc.http, adapter, request, metrics=metrics, cycle=cycle,
-                             on_raw=raw.extend if raw is not None else None)
+                stream_http(self.svc.http, http_request, adapter.new_fold(route.provider), provider=route.provider,
+                            metrics=metrics, cycle=cycle, on_raw=raw.extend if raw is not None else None)
             ) as events:
                 async for event in events:
                     self._on_event(event, thinking)
@@ -445,8 +450,8 @@ class Turn:
             "request_bytes": metrics.request_bytes, "response_bytes": metrics.response_bytes,
             **{k: usage.get(k) for k in USAGE_KEYS},
         }
-        if raw is not None:
-            row["raw_response"] = bytes(raw)
+        if raw is not None:  # verbose mode: the raw SSE, with any echo of the key removed
+            row["raw_response"] = redact(bytes(raw).decode("utf-8", "replace"), [self.route]).encode()
         await self.svc.store.finish_llm_call(llm_id, row)
 
 

@@ -20,8 +20,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory, provider, upstream):
+    # the upstream probe would test the real api2.cursor.sh, not the fake one the test redirects to
     proxy, ids = start_proxy(tmp_path_factory.mktemp("spine"), provider, upstream,
-                             byok_route_wait_s="2", byok_heartbeat_s="1")
+                             byok_route_wait_s="2", byok_heartbeat_s="1", byok_upstream_probe_ms="0")
     yield proxy, ids["openai_chat"]
     proxy.stop()
 
@@ -394,3 +395,33 @@ def test_official_connect_python_client_drives_a_turn(env, provider):
     [detail] = failure.details
     assert detail.type_name == "aiserver.v1.ErrorDetails"
     assert spb.ErrorDetails.FromString(detail.message_bytes).error == spb.ErrorDetails.ERROR_PROVIDER_ERROR
+
+
+def test_model_lists_gain_the_user_models_and_keep_upstream_bytes(env, upstream):
+    """Through the proxy: AvailableModels / GetUsableModels from the (fake) official backend come back
+    with every original byte first, then exactly the configured model."""
+    proxy, model = env
+    available = spb.AvailableModelsResponse(
+        models=[spb.AvailableModelsResponse.AvailableModel(name="claude-4.5-sonnet", client_display_name="Claude")],
+        model_names=["claude-4.5-sonnet"],
+    ).SerializeToString() + b"\xf8\x3f\x01"  # an unknown field a newer backend might send
+    usable = spb.GetUsableModelsResponse(models=[spb.ModelDetails(model_name="gpt-5")]).SerializeToString()
+    upstream.model_list_payloads.update({
+        "/aiserver.v1.AiService/AvailableModels": ("application/proto", available),
+        "/aiserver.v1.AiService/GetUsableModels": ("application/proto", usable),
+    })
+
+    async def scenario():
+        async with proxy.client() as client:
+            a = await client._http.post("https://api2.cursor.sh/aiserver.v1.AiService/AvailableModels",
+                                        content=b"", headers={"content-type": "application/proto"})
+            u = await client._http.post("https://api2.cursor.sh/aiserver.v1.AiService/GetUsableModels",
+                                        content=b"", headers={"content-type": "application/proto"})
+            return a, u
+
+    a, u = run(scenario())
+    assert a.status_code == 200 and a.content.startswith(available)
+    names = [m.name for m in spb.AvailableModelsResponse.FromString(a.content).models]
+    assert names == ["claude-4.5-sonnet", model]
+    assert u.content.startswith(usable)
+    assert [m.model_name for m in spb.GetUsableModelsResponse.FromString(u.content).models] == ["gpt-5", model]
