@@ -19,7 +19,6 @@ clients) appear as `"#<field number>"` keys and are counted in the frame's heade
 from __future__ import annotations
 
 import binascii
-import gzip
 import hashlib
 import json
 import zlib
@@ -217,8 +216,15 @@ def _one_line(text: str) -> str:
 # ---- envelopes --------------------------------------------------------------------------------------------
 
 
-def _inflate(payload: bytes) -> bytes:
-    return gzip.decompress(payload)
+def _inflate(payload: bytes, limit: int = connect.DEFAULT_MAX_MESSAGE_BYTES) -> bytes:
+    """gunzip, bounded: a frame that inflates past the limit is shown as an error, not rendered."""
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    out = inflater.decompress(payload, limit + 1)
+    if len(out) > limit:
+        raise ValueError(f"inflates to more than {limit} bytes")
+    if not inflater.eof:
+        raise ValueError("truncated gzip data")
+    return out
 
 
 def _flag_text(flags: int) -> str:
@@ -236,7 +242,7 @@ def iter_envelopes(data: bytes, decode: Decode | None, id_labels: dict[str, str]
         if flags & connect.FLAG_COMPRESSED:
             try:
                 payload = _inflate(payload)
-            except (OSError, EOFError, zlib.error) as e:
+            except (ValueError, zlib.error) as e:
                 yield [("header", f"[{index}] "), ("error", f"MSG {_flag_text(flags)} len={wire_len}: bad gzip: {e}")]
                 continue
         size = f"len={wire_len}" + (f"->{len(payload)}" if len(payload) != wire_len else "")
@@ -290,6 +296,8 @@ def _end_stream_lines(prefix: Line, flags: int, size: str, payload: bytes) -> It
         yield [("text", "    "), ("text", short_bytes(payload))]
         return
     error = body.get("error") if isinstance(body, dict) else None
+    if error and not isinstance(error, dict):
+        error = {"code": "?", "message": str(error)}
     if not error:
         yield head + [("highlight", "ok")]
         yield [("text", "    "), ("text", compact(body))]
@@ -297,7 +305,10 @@ def _end_stream_lines(prefix: Line, flags: int, size: str, payload: bytes) -> It
     code, message = error.get("code", "unknown"), error.get("message", "")
     yield head + [("error", f"error {code}: {_one_line(message)}")]
     yield [("text", "    "), ("text", compact(body))]
-    for detail in error.get("details") or []:
+    details = error.get("details")
+    for detail in details if isinstance(details, list) else []:
+        if not isinstance(detail, dict):
+            continue
         yield [("text", "    "), ("key", f"detail {detail.get('type')}: "), ("text", _detail_json(detail))]
 
 
@@ -341,8 +352,8 @@ def render_bidi_append(body: bytes, content_type: str | None = None) -> list[Lin
     still compressed (it could not be decoded) is tried once more here."""
     if body[:2] == b"\x1f\x8b":
         try:
-            body = gzip.decompress(body)
-        except (OSError, EOFError, zlib.error):
+            body = _inflate(body)
+        except (ValueError, zlib.error):
             pass
     if content_type and content_type.startswith("application/connect+"):
         frames, tail = connect.split_envelopes(body)
@@ -354,7 +365,7 @@ def render_bidi_append(body: bytes, content_type: str | None = None) -> list[Lin
             if flags & connect.FLAG_COMPRESSED:
                 try:
                     payload = _inflate(payload)
-                except (OSError, EOFError, zlib.error) as e:
+                except (ValueError, zlib.error) as e:
                     lines.append([("header", f"[{index}] "), ("error", f"bad gzip: {e}")])
                     continue
             lines.append([("header", f"[{index}] "), ("key", "MSG "), ("text", _flag_text(flags))])

@@ -305,3 +305,15 @@ def test_registrar_replaces_a_stale_view_of_the_same_name():
     assert contentviews.get(cv.VIEW_NAME) is second.view
     second.done()
     assert contentviews.get(cv.VIEW_NAME) is None
+
+
+def test_malformed_end_stream_error_shapes_do_not_break_the_view():
+    for body in (b'{"error": "just a string"}', b'{"error": {"code": "internal", "details": ["x", 3]}}', b"[1, 2]"):
+        lines = texts(cv.render_server_stream(connect.HEADER.pack(connect.FLAG_END_STREAM, len(body)) + body))
+        assert lines[0].startswith("[0] END flags=0x02(end)")
+
+
+def test_a_gzip_frame_inflating_past_the_limit_is_an_error_line():
+    bomb = gzip.compress(b"\0" * (cv.connect.DEFAULT_MAX_MESSAGE_BYTES + 10))
+    lines = cv.render_server_stream(connect.HEADER.pack(connect.FLAG_COMPRESSED, len(bomb)) + bomb)
+    assert "inflates to more than" in text(lines[0])
