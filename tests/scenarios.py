@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from byok.agent.config import public_model_id
-from byok.cli.capture import Capture, Redactor, export, insert_after_calls, provider_request_record
+from byok.cli.capture import Capture, Redactor, export, merge_provider_requests, provider_request_record
 from byok.cli.client import CursorClient, RunResult, user_turn_request
 from byok.cli.common import open_db
 from byok.cli.executor import LocalExecutor
@@ -161,12 +161,12 @@ def run_scenario(scenario: Scenario, home: Path, scripts: Sequence[sp.Script] | 
 
 
 def _attach_provider_requests(capture: Capture, requests: Sequence[sp.RecordedRequest], redactor: Redactor) -> None:
-    """The store keeps no provider request bodies: take them from the scripted provider, in call order
-    (runs are sequential, so arrival order is call order)."""
+    """Method, path and headers of each provider request as the scripted provider received them (the
+    store keeps only the body), in call order: runs are sequential, so arrival order is call order."""
     calls = [(r["run"], r["call"]) for r in capture.of("llm_call")]
     extra = {key: provider_request_record(key[0], key[1], req.method, req.path, req.headers, req.json, redactor)
              for key, req in zip(calls, requests)}
-    insert_after_calls(capture, extra)
+    merge_provider_requests(capture, extra)
 
 
 async def _drive(scenario: Scenario, proxy: Proxy, model: str, workspace: Path) -> None:

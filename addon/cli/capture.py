@@ -383,16 +383,25 @@ def sse_records(run: int, call: int, raw: bytes, redactor: Redactor | None = Non
     return out
 
 
-def insert_after_calls(capture: Capture, extra: dict[tuple[int, int], dict]) -> None:
-    """Put `extra[(run, call)]` right after that call's `llm_call` line (unless one is there)."""
-    have = {(r["run"], r["call"]) for r in capture.of("provider_request")}
+def merge_provider_requests(capture: Capture, extra: dict[tuple[int, int], dict]) -> None:
+    """Add what the store does not keep (method, path, headers) to each call's `provider_request`,
+    or insert `extra[(run, call)]` right after the call's `llm_call` line when there is none.
+    The store's body wins: it is what the proxy built (keys redacted)."""
     records: list[dict] = []
+    pending = dict(extra)
     for record in capture.records:
-        records.append(record)
         key = (record.get("run"), record.get("call"))
-        if record["t"] == "llm_call" and key in extra and key not in have:
-            records.append(extra[key])
-    capture.records = records
+        if record["t"] == "provider_request" and key in pending:
+            more = pending.pop(key)
+            record = {**{k: v for k, v in more.items() if k != "json"}, **record, "json": record.get("json")}
+            record = {k: record[k] for k in ("t", "run", "call", "method", "path", "headers", "json") if k in record}
+        records.append(record)
+    capture.records = []
+    for record in records:
+        capture.records.append(record)
+        key = (record.get("run"), record.get("call"))
+        if record["t"] == "llm_call" and key in pending:
+            capture.records.append(pending.pop(key))
 
 
 # ---- comparison -------------------------------------------------------------------------------------
@@ -502,7 +511,7 @@ def _leaves(label: str, ids: _Ids, obj: Any, path: str = "") -> Iterator[str]:
     if isinstance(obj, dict):
         if not obj:
             yield f"{label} | {path or '.'} = {{}}"
-        for k, v in obj.items():
+        for k, v in sorted(obj.items()):  # key order carries no meaning in JSON
             sub = f"{path}.{k}" if path else k
             if k in VOLATILE_KEYS:
                 yield f"{label} | {sub} = <volatile>"
