@@ -1,0 +1,708 @@
+"""Issue 3/5, tool rounds, end to end: every tool through a real mitmdump, the Cursor-like client
+executing it for real in a temp workspace (LocalExecutor / ScriptedQueries), a scripted provider.
+
+One mitmdump and one ScriptedProvider for the module; every test is its own conversation with its own
+workspace and executor. Each per-tool test runs the tool in a mode whose manifest offers it and checks:
+  - the live cards of the call: `partial_tool_call` first with the typed empty variant, the raw
+    argument text as deltas, one `tool_call_started` (parsed args, started_at_ms), execution output as
+    `tool_call_delta`, one `tool_call_completed` last (args + typed result, started <= completed), all
+    with the same call_id and model_call_id;
+  - the exec / interaction messages the client received (exact protobuf equality) and the workspace;
+  - the round's checkpoints: staged (stable roots unchanged, the pending assistant inline), settled
+    (roots += the assistant root + one tool root per result, pending empty, the ToolCall steps in the
+    turn), and that the settled checkpoint was emitted before the next provider request arrived;
+  - the provider's next request: the round folded into ONE assistant message (calls in index order,
+    exact argument text) followed by the results in completion order, each content an exact string.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from byok.agent import connect
+from byok.cli.client import RunResult, user_turn_request
+from byok.cli.executor import FetchPage, LocalExecutor, Misbehave, ScriptedQueries
+from byok.proto import agent_pb2 as apb
+from tests.e2e.conftest import run, start_proxy
+from tests.e2e.harness import ROOT, Proxy
+from tests.support.scripted_provider import SCRIPTS, RecordedRequest, ScriptedProvider
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(30)]
+
+KINDS = ("openai_chat", "openai_responses", "anthropic")
+MANIFESTS: dict[str, list[str]] = {
+    name: json.loads((ROOT / "prompt" / "modes" / f"{name}.json").read_text())
+    for name in ("agent", "ask", "plan", "subagent")
+}
+USER_MODES = {"agent": apb.AGENT_MODE_AGENT, "ask": apb.AGENT_MODE_ASK, "plan": apb.AGENT_MODE_PLAN,
+              "subagent": apb.AGENT_MODE_AGENT}
+CARD_KINDS = ("partial_tool_call", "tool_call_started", "tool_call_delta", "tool_call_completed")
+REPLY = "All done."
+
+
+# ---- fixtures -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Env:
+    proxy: Proxy
+    provider: ScriptedProvider
+    models: dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory, provider):
+    proxy, models = start_proxy(tmp_path_factory.mktemp("tools"), provider, kinds=KINDS)
+    yield Env(proxy, provider, models)
+    proxy.stop()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_provider_queue(provider):
+    """A test that fails before consuming its scripts must not answer the next test's calls."""
+    yield
+    with provider._lock:
+        provider._queues.clear()
+
+
+# ---- one turn -------------------------------------------------------------------------------------
+
+Call = tuple[str, str, str]
+"""(call_id, tool name, raw argument JSON text) as the model streams it."""
+
+
+@dataclass
+class Turn:
+    result: RunResult
+    requests: list[RecordedRequest]
+    """This run's provider requests, in order."""
+    executor: LocalExecutor
+    queries: ScriptedQueries
+    workspace: Path
+    blobs: dict[bytes, bytes]
+    request: apb.AgentRunRequest
+    server_ts: list[int] = field(default_factory=list)
+    """Wall-clock ms at which the server emitted each down frame (aligned with result.down())."""
+
+    @property
+    def down(self):
+        return self.result.down()
+
+    def cards(self, call_id: str) -> list[tuple[int, str, Any]]:
+        """(index in down frames, card kind, update) of one call's cards, in stream order."""
+        out = []
+        for i, frame in enumerate(self.down):
+            if not frame.kind.startswith("interaction_update."):
+                continue
+            kind = frame.kind.split(".", 1)[1]
+            if kind in CARD_KINDS:
+                update = getattr(frame.message.interaction_update, kind)
+                if update.call_id == call_id:
+                    out.append((i, kind, update))
+        return out
+
+    def indices(self, kind: str) -> list[int]:
+        return [i for i, f in enumerate(self.down) if f.kind == kind]
+
+    def completed_order(self) -> list[str]:
+        return [f.message.interaction_update.tool_call_completed.call_id
+                for f in self.result.down("interaction_update.tool_call_completed")]
+
+
+def run_turn(env: Env, workspace: Path, scripts, *, files: dict[str, str | bytes] | None = None,
+             kind: str = "openai_chat", mode: str = "agent", executor: LocalExecutor | None = None,
+             queries: ScriptedQueries | None = None, ack_delay_s: float = 0.0, settle_s: float = 0.0) -> Turn:
+    """Queue `scripts`, run one user turn in `mode` over the proxy, execute its tools for real."""
+    workspace.mkdir(parents=True, exist_ok=True)
+    for name, content in (files or {}).items():
+        path = workspace / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content.encode() if isinstance(content, str) else content)
+    executor = executor or LocalExecutor(workspace)
+    queries = queries or ScriptedQueries()
+    request = user_turn_request("use the tools", model_id=env.models[kind], mode=USER_MODES[mode],
+                                workspace=str(workspace))
+    if mode == "subagent":
+        request.subagent_type_name = "generalPurpose"
+    provider = env.provider
+    before = len(provider.requests)
+    provider.enqueue(kind, *scripts)
+
+    async def scenario():
+        async with env.proxy.client(on_exec=executor.on_exec, on_query=queries.on_query,
+                                    ack_delay_s=ack_delay_s) as client:
+            try:
+                result = await client.run(request, on_frame=executor.on_frame)
+                if settle_s:
+                    await asyncio.sleep(settle_s)  # let late client messages go out before the client closes
+            finally:
+                await executor.aclose()
+            return result, dict(client.blobs)
+
+    result, blobs = run(scenario())
+    requests = provider.requests[before:]
+    turn = Turn(result, requests, executor, queries, workspace, blobs, request)
+    assert provider.pending(kind) == 0, "the run did not make every scripted provider call"
+    assert len(requests) == len(scripts)
+    return turn
+
+
+def one_round(env: Env, workspace: Path, calls: list[Call], *, kind: str = "openai_chat", **kwargs) -> Turn:
+    """Round 1 = the model calls `calls`, round 2 = a text reply. Checks the run completed."""
+    mode = kwargs.get("mode", "agent")
+    for _, name, _ in calls:
+        assert name in MANIFESTS[mode], f"{name} is not offered in {mode} mode"
+    s = SCRIPTS[kind]
+    turn = run_turn(env, workspace, [s.tool_calls(calls), s.text_reply(REPLY)], kind=kind, **kwargs)
+    assert_completed(turn)
+    if kind == "openai_chat":  # the run really was in `mode`: its tool list is that manifest
+        assert [t["function"]["name"] for t in turn.requests[0].json["tools"]] == MANIFESTS[mode]
+    return turn
+
+
+def assert_completed(turn: Turn) -> None:
+    result = turn.result
+    assert result.status == 200
+    assert result.end_error is None, result.end_error
+    assert result.text() == REPLY
+    kinds = result.kinds()
+    tail = kinds[kinds.index("interaction_update.turn_ended"):]
+    assert tail == ["interaction_update.turn_ended"] + ["conversation_checkpoint_update"] * 3 + ["end_stream"]
+
+
+# ---- cards ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Cards:
+    started: apb.ToolCall
+    completed: apb.ToolCall
+    deltas: list[apb.ToolCallDelta]
+    partials: list[apb.PartialToolCallUpdate]
+    model_call_id: str
+
+
+def check_cards(turn: Turn, call: Call, variant: str, args=None, result=None) -> Cards:
+    """The card sequence of one call. `args` / `result`: the exact typed args and result expected on
+    the started and completed cards (None = not checked here; `args` is then checked equal on both)."""
+    call_id, _, raw_args = call
+    cards = turn.cards(call_id)
+    kinds = [k for _, k, _ in cards]
+    assert kinds[0] == "partial_tool_call" and kinds[-1] == "tool_call_completed", kinds
+    assert kinds.count("tool_call_started") == 1 and kinds.count("tool_call_completed") == 1, kinds
+    started_at = kinds.index("tool_call_started")
+    partials = [u for _, k, u in cards if k == "partial_tool_call"]
+    assert all(k != "partial_tool_call" for k in kinds[started_at:]), "a partial card after tool_call_started"
+    # the placeholder: the typed variant, empty, no start time
+    empty = apb.ToolCall()
+    getattr(empty, variant).SetInParent()
+    assert partials[0].tool_call == empty and partials[0].args_text_delta == ""
+    assert all(p.tool_call.WhichOneof("tool") == variant and not p.tool_call.HasField("started_at_ms")
+               for p in partials)
+    assert "".join(p.args_text_delta for p in partials) == raw_args  # the raw argument text, as streamed
+    assert len([p for p in partials if p.args_text_delta]) >= 2  # really streamed in pieces
+    model_call_ids = {u.model_call_id for _, _, u in cards}
+    assert len(model_call_ids) == 1 and "" not in model_call_ids
+    started = cards[started_at][2].tool_call
+    completed = cards[-1][2].tool_call
+    assert started.WhichOneof("tool") == completed.WhichOneof("tool") == variant
+    s, c = getattr(started, variant), getattr(completed, variant)
+    assert not s.HasField("result") and c.HasField("result")
+    assert started.started_at_ms > 1_600_000_000_000 and not started.HasField("completed_at_ms")
+    assert completed.started_at_ms == started.started_at_ms <= completed.completed_at_ms
+    assert c.args == s.args
+    if args is not None:
+        assert s.args == args
+    if result is not None:
+        assert c.result == result
+    deltas = [u.tool_call_delta for _, k, u in cards if k == "tool_call_delta"]
+    return Cards(started, completed, deltas, partials, model_call_ids.pop())
+
+
+# ---- checkpoints ----------------------------------------------------------------------------------
+
+
+def server_frame_times(proxy: Proxy, request_id: str, count: int, timeout: float = 5.0) -> list[int]:
+    """ts_ms of the run's down frames as the server recorded them when it emitted them."""
+    deadline = time.monotonic() + timeout
+    while True:
+        db = sqlite3.connect(proxy.db)
+        try:
+            rows = db.execute("SELECT ts_ms, kind FROM frames WHERE request_id = ? AND direction = 'down' "
+                              "ORDER BY seq", [request_id]).fetchall()
+        finally:
+            db.close()
+        if len(rows) >= count or time.monotonic() > deadline:
+            assert len(rows) == count, f"{len(rows)} recorded down frames, the client got {count}"
+            return [ts for ts, _ in rows]
+        time.sleep(0.05)
+
+
+def check_round(env: Env, turn: Turn, calls: list[Call], results: list[tuple[str, str]], *,
+                round_no: int = 0, text: str | None = None, is_error: dict[str, bool] | None = None) -> None:
+    """Round `round_no` of the turn: checkpoints, blobs, ToolCall steps and the provider's next request.
+    `results` = (call_id, exact content) in completion order."""
+    result = turn.result
+    is_error = is_error or {}
+    ids_by_index = [c[0] for c in calls]
+    cps = result.checkpoints()
+    previous, staged, settled = cps[2 * round_no], cps[2 * round_no + 1], cps[2 * round_no + 2]
+    assert len(previous.pending_tool_calls) == 0
+    # staged: the stable roots unchanged, the pending assistant inline with every call in index order
+    assert list(staged.root_prompt_messages_json) == list(previous.root_prompt_messages_json)
+    assert len(staged.pending_tool_calls) == 1
+    pending = json.loads(staged.pending_tool_calls[0])
+    assert pending["role"] == "assistant"
+    assert [p["toolCallId"] for p in pending["content"] if p["type"] == "tool-call"] == ids_by_index
+    assert pending["providerOptions"]["cursor"]["pendingToolCallStartedAtMs"] > 0
+    # settled: roots += assistant root + one tool root per result (completion order), nothing pending
+    assert len(settled.pending_tool_calls) == 0
+    old = list(previous.root_prompt_messages_json)
+    roots = list(settled.root_prompt_messages_json)
+    assert roots[: len(old)] == old and len(roots) == len(old) + 1 + len(results)
+    assistant_root = json.loads(turn.blobs[roots[len(old)]])
+    assert assistant_root["role"] == "assistant"
+    assert [(p["toolCallId"], p["toolName"]) for p in assistant_root["content"] if p["type"] == "tool-call"] == \
+        [(c[0], c[1]) for c in calls]
+    tool_roots = [json.loads(turn.blobs[r]) for r in roots[len(old) + 1:]]
+    assert [(t["role"], [(p["toolCallId"], p["output"]) for p in t["content"]]) for t in tool_roots] == [
+        ("tool", [(cid, {"type": "error-text" if is_error.get(cid) else "text", "value": content})])
+        for cid, content in results]
+    # the turn holds one ToolCall step per call (index order), each the completed card's ToolCall
+    completed = {f.message.interaction_update.tool_call_completed.call_id: f.message.interaction_update.tool_call_completed.tool_call
+                 for f in result.down("interaction_update.tool_call_completed")}
+    steps = turn_steps(turn, settled)
+    assert [s.tool_call for s in steps if s.HasField("tool_call")][-len(calls):] == [completed[c] for c in ids_by_index]
+    # frame order: staged before any execution of the round, settled after its last result
+    down = turn.down
+    cp_frames = turn.indices("conversation_checkpoint_update")
+    staged_at, settled_at = cp_frames[2 * round_no + 1], cp_frames[2 * round_no + 2]
+    round_frames = [i for i, f in enumerate(down) if f.kind in ("exec_server_message", "interaction_query")
+                    and i > cp_frames[2 * round_no]]
+    completions = [i for i, f in enumerate(down) if f.kind == "interaction_update.tool_call_completed"
+                   and f.message.interaction_update.tool_call_completed.call_id in ids_by_index]
+    assert [down[i].message.interaction_update.tool_call_completed.call_id for i in completions] == \
+        [cid for cid, _ in results]
+    assert all(staged_at < i for i in round_frames[:1] + completions)
+    assert settled_at > max(completions)
+    assert not any(f.kind == "interaction_update.text_delta" for f in down[staged_at:settled_at])
+    # the next provider call started only after the settled checkpoint went out
+    times = turn.server_ts or server_frame_times(env.proxy, result.request_id, len(down))
+    turn.server_ts = times
+    next_request = turn.requests[round_no + 1]
+    assert times[settled_at] <= next_request.received_at * 1000
+    check_chat_replay(turn, calls, results, round_no=round_no, text=text)
+
+
+def turn_steps(turn: Turn, state: apb.ConversationStateStructure) -> list[apb.ConversationStep]:
+    structure = apb.ConversationTurnStructure.FromString(turn.blobs[state.turns[-1]]).agent_conversation_turn
+    return [apb.ConversationStep.FromString(turn.blobs[s]) for s in structure.steps]
+
+
+def check_chat_replay(turn: Turn, calls: list[Call], results: list[tuple[str, str]], *, round_no: int = 0,
+                      text: str | None = None) -> None:
+    """OpenAI Chat: the provider's next request = the previous one + ONE assistant message with every
+    call (index order, the exact argument text) + one `role: tool` message per result (completion
+    order), each content a string."""
+    before = turn.requests[round_no].json["messages"]
+    after = turn.requests[round_no + 1].json["messages"]
+    assert after[: len(before)] == before
+    assert after[len(before):] == [
+        {"role": "assistant", "content": text,
+         "tool_calls": [{"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+                        for cid, name, args in calls]},
+        *({"role": "tool", "tool_call_id": cid, "content": content} for cid, content in results),
+    ]
+    assert all(isinstance(m["content"], str) for m in after[len(before) + 1:])
+
+
+def exec_message(exec_id: int, call_id: str, **payload) -> apb.ExecServerMessage:
+    return apb.ExecServerMessage(id=exec_id, exec_id=call_id, **payload)
+
+
+# ---- file tools -----------------------------------------------------------------------------------
+
+
+def test_read(env, tmp_path):
+    call = ("call_read", "Read", '{"path": "notes/a.txt", "offset": 2, "limit": 2}')
+    turn = one_round(env, tmp_path / "ws", [call], files={"notes/a.txt": "one\ntwo\nthree\nfour\n"})
+    path = str(tmp_path / "ws" / "notes" / "a.txt")
+    args = apb.ReadToolArgs(path=path, offset=2, limit=2)
+    result = apb.ReadToolResult(success=apb.ReadToolSuccess(
+        path=path, content="two\nthree\n", total_lines=4, file_size=19,
+        read_range=apb.ReadRange(start_line=2, end_line=3)))
+    check_cards(turn, call, "read_tool_call", args, result)
+    assert turn.executor.log == [exec_message(1, "call_read", read_args=apb.ReadArgs(
+        path=path, tool_call_id="call_read", offset=2, limit=2))]
+    check_round(env, turn, [call], [("call_read", "     2|two\n     3|three")])
+    assert list(turn.result.checkpoints()[-1].read_paths) == [path]
+
+
+def test_ls(env, tmp_path):
+    call = ("call_ls", "Ls", '{"path": ".", "ignore": ["*.log"]}')
+    ws = tmp_path / "ws"
+    turn = one_round(env, ws, [call], files={"a.txt": "x\n", "debug.log": "noise\n", "src/b.py": "y\n"})
+    args = apb.LsArgs(path=str(ws), ignore=["*.log"], tool_call_id="call_ls")
+    cards = check_cards(turn, call, "ls_tool_call", args)
+    tree = cards.completed.ls_tool_call.result.success.directory_tree_root
+    assert [f.name for f in tree.children_files] == ["a.txt"]
+    assert [d.abs_path for d in tree.children_dirs] == [str(ws / "src")]
+    assert turn.executor.log == [exec_message(1, "call_ls", ls_args=args)]
+    check_round(env, turn, [call], [("call_ls", f"{ws}/\n  - src/\n    - b.py\n  - a.txt")])
+
+
+def test_grep(env, tmp_path):
+    call = ("call_grep", "Grep", '{"pattern": "be.a", "glob": "*.py", "-i": true}')
+    ws = tmp_path / "ws"
+    turn = one_round(env, ws, [call], files={"a.txt": "beta\n", "src/b.py": "x = 1\nBETA = 2\n"})
+    args = apb.GrepArgs(pattern="be.a", glob="*.py", case_insensitive=True, output_mode="content",
+                        tool_call_id="call_grep")
+    cards = check_cards(turn, call, "grep_tool_call", args)
+    assert cards.completed.grep_tool_call.result.success.workspace_results[str(ws)].content.total_matched_lines == 1
+    assert turn.executor.log == [exec_message(1, "call_grep", grep_args=args)]
+    check_round(env, turn, [call], [("call_grep", "src/b.py\n2:BETA = 2")])
+
+
+def test_glob(env, tmp_path):
+    call = ("call_glob", "Glob", '{"glob_pattern": "*.py", "target_directory": "src"}')
+    ws = tmp_path / "ws"
+    turn = one_round(env, ws, [call], files={"top.py": "", "src/b.py": "", "src/deep/c.py": "", "src/d.txt": ""})
+    src = str(ws / "src")
+    files = [f"{src}/b.py", f"{src}/deep/c.py"]
+    result = apb.GlobToolResult(success=apb.GlobToolSuccess(pattern="*.py", path=src, files=files, total_files=2))
+    check_cards(turn, call, "glob_tool_call", apb.GlobToolArgs(glob_pattern="*.py", target_directory=src), result)
+    # Glob runs as a files-with-matches grep of the empty pattern (PROTOCOL 5.5)
+    assert turn.executor.log == [exec_message(1, "call_glob", grep_args=apb.GrepArgs(
+        pattern="", path=src, glob="*.py", output_mode="files_with_matches", tool_call_id="call_glob"))]
+    check_round(env, turn, [call], [("call_glob", "2 file(s) matching *.py:\n" + "\n".join(files))])
+
+
+def test_delete(env, tmp_path):
+    call = ("call_del", "Delete", '{"path": "old.txt"}')
+    ws = tmp_path / "ws"
+    turn = one_round(env, ws, [call], files={"old.txt": "bye\n", "keep.txt": "stay\n"})
+    path = str(ws / "old.txt")
+    args = apb.DeleteArgs(path=path, tool_call_id="call_del")
+    result = apb.DeleteResult(success=apb.DeleteSuccess(path=path, deleted_file=path, file_size=4, prev_content="bye\n"))
+    check_cards(turn, call, "delete_tool_call", args, result)
+    assert turn.executor.log == [exec_message(1, "call_del", delete_args=args)]
+    assert not (ws / "old.txt").exists() and (ws / "keep.txt").read_text() == "stay\n"
+    check_round(env, turn, [call], [("call_del", f"Deleted {path}")])
+
+
+def test_read_lints(env, tmp_path):
+    call = ("call_lints", "ReadLints", '{"paths": ["app.py", "clean.py"]}')
+    ws = tmp_path / "ws"
+    app, clean = str(ws / "app.py"), str(ws / "clean.py")
+    diagnostic = apb.Diagnostic(severity=apb.DIAGNOSTIC_SEVERITY_ERROR, message="undefined name 'y'",
+                                source="pyflakes", code="F821",
+                                range=apb.Range(start=apb.Position(line=2, column=5), end=apb.Position(line=2, column=6)))
+    executor = LocalExecutor(ws, diagnostics={app: [diagnostic]})
+    turn = one_round(env, ws, [call], files={"app.py": "x = 1\nz = y\n", "clean.py": "ok = 1\n"}, executor=executor)
+    cards = check_cards(turn, call, "read_lints_tool_call", apb.ReadLintsToolArgs(paths=[app, clean]))
+    success = cards.completed.read_lints_tool_call.result.success
+    assert (success.total_files, success.total_diagnostics) == (2, 1)
+    assert [(f.path, f.diagnostics_count) for f in success.file_diagnostics] == [(app, 1), (clean, 0)]
+    # one diagnostics exec per path, each its own id
+    assert turn.executor.log == [
+        exec_message(1, "call_lints", diagnostics_args=apb.DiagnosticsArgs(path=app, tool_call_id="call_lints")),
+        exec_message(2, "call_lints", diagnostics_args=apb.DiagnosticsArgs(path=clean, tool_call_id="call_lints")),
+    ]
+    check_round(env, turn, [call], [("call_lints", f"{app}:\n  L2:5 error: undefined name 'y' [pyflakes F821]")])
+
+
+# ---- edits ----------------------------------------------------------------------------------------
+
+
+def test_write_crlf_contents(env, tmp_path):
+    call = ("call_write", "Write", '{"path": "pkg/new.txt", "contents": "one\\r\\ntwo\\r\\nthree\\n"}')
+    ws = tmp_path / "ws"
+    turn = one_round(env, ws, [call])
+    path = str(ws / "pkg" / "new.txt")
+    after = "one\ntwo\nthree\n"
+    cards = check_cards(turn, call, "edit_tool_call", apb.EditArgs(path=path, stream_content=after))
+    # the live edit card: the path once complete, the LF-normalised content as tool_call_delta
+    assert [p.tool_call.edit_tool_call.args.path for p in cards.partials if p.tool_call.edit_tool_call.HasField("args")] \
+        == ["pkg/new.txt"]
+    assert "".join(d.edit_tool_call_delta.stream_content_delta for d in cards.deltas) == after
+    success = cards.completed.edit_tool_call.result.success
+    assert (success.path, success.lines_added, success.lines_removed) == (path, 3, 0)
+    assert (success.before_full_file_content, success.after_full_file_content) == ("", after)
+    # hidden read (file_not_found = a new file), then the write of the whole LF text; own ids, one tool_call_id
+    assert turn.executor.log == [
+        exec_message(1, "call_write", read_args=apb.ReadArgs(path=path, tool_call_id="call_write")),
+        exec_message(2, "call_write", write_args=apb.WriteArgs(path=path, file_text=after, tool_call_id="call_write")),
+    ]
+    assert (ws / "pkg" / "new.txt").read_bytes() == b"one\ntwo\nthree\n"
+    check_round(env, turn, [call], [("call_write", f"Created {path} (3 lines)")])
+
+
+def test_str_replace_crlf(env, tmp_path):
+    call = ("call_edit", "StrReplace",
+            '{"path": "win.txt", "old_string": "alpha\\r\\nbeta", "new_string": "ALPHA\\r\\nBETA\\r\\nextra"}')
+    ws = tmp_path / "ws"
+    turn = one_round(env, ws, [call], files={"win.txt": b"alpha\r\nbeta\r\ngamma\r\n"})
+    path = str(ws / "win.txt")
+    before, after = "alpha\nbeta\ngamma\n", "ALPHA\nBETA\nextra\ngamma\n"
+    cards = check_cards(turn, call, "edit_tool_call", apb.EditArgs(path=path, stream_content="ALPHA\nBETA\nextra"))
+    assert "".join(d.edit_tool_call_delta.stream_content_delta for d in cards.deltas) == "ALPHA\nBETA\nextra"
+    success = cards.completed.edit_tool_call.result.success
+    assert (success.lines_added, success.lines_removed) == (3, 2)  # the real change, not a line-ending rewrite
+    assert (success.before_full_file_content, success.after_full_file_content) == (before, after)
+    assert success.diff_string == (f"--- {path}\n+++ {path}\n@@ -1,3 +1,4 @@\n-alpha\n-beta\n+ALPHA\n+BETA\n+extra\n"
+                                   " gamma\n")
+    assert turn.executor.log == [
+        exec_message(1, "call_edit", read_args=apb.ReadArgs(path=path, tool_call_id="call_edit")),
+        exec_message(2, "call_edit", write_args=apb.WriteArgs(path=path, file_text=after, tool_call_id="call_edit")),
+    ]
+    # the edit domain is LF: a CRLF file matches a CRLF old_string and is written back with LF
+    assert (ws / "win.txt").read_bytes() == after.encode()
+    check_round(env, turn, [call], [("call_edit", f"Updated {path}: +3 -2 lines")])
+
+
+# ---- shell ----------------------------------------------------------------------------------------
+
+
+def test_shell_foreground_streams_output(env, tmp_path):
+    command = "echo out1; sleep 0.15; echo err1 >&2; sleep 0.15; echo out2; exit 3"
+    call = ("call_sh", "Shell", json.dumps({"command": command, "description": "three lines then exit 3"}))
+    ws = tmp_path / "ws"
+    turn = one_round(env, ws, [call])
+    request = turn.request
+    [message] = turn.executor.log
+    assert (message.id, message.exec_id, message.WhichOneof("message")) == (1, "call_sh", "shell_stream_args")
+    assert message.accept_hook_additional_contexts is True
+    a = message.shell_stream_args
+    assert (a.command, a.working_directory, a.timeout, a.tool_call_id, a.description) == (
+        command, str(ws), 30000, "call_sh", "three lines then exit 3")
+    assert (a.timeout_behavior, a.hard_timeout, a.file_output_threshold_bytes, a.close_stdin) == (
+        apb.TIMEOUT_BEHAVIOR_BACKGROUND, 86_400_000, 40_000, True)
+    assert a.conversation_id == request.conversation_id
+    assert list(a.simple_commands) == ["echo out1", "sleep 0.15", "echo err1", "sleep 0.15", "echo out2", "exit 3"]
+    cards = check_cards(turn, call, "shell_tool_call", a)
+    assert cards.started.shell_tool_call.description == "three lines then exit 3"
+    # stdout/stderr stream to the card as tool_call_delta, in order, while the command runs
+    assert [(d.shell_tool_call_delta.WhichOneof("delta"), d.shell_tool_call_delta.stdout.content
+             or d.shell_tool_call_delta.stderr.content) for d in cards.deltas] == [
+        ("stdout", "out1\n"), ("stderr", "err1\n"), ("stdout", "out2\n")]
+    failure = cards.completed.shell_tool_call.result.failure  # exit 3: the typed failure branch
+    assert (failure.exit_code, failure.stdout, failure.stderr, failure.interleaved_output, failure.aborted) == (
+        3, "out1\nout2\n", "err1\n", "out1\nerr1\nout2\n", False)
+    assert failure.command == command and failure.working_directory == str(ws)
+    check_round(env, turn, [call], [("call_sh", "Exit code: 3\nout1\nerr1\nout2\n")], is_error={"call_sh": True})
+
+
+def test_shell_backgrounded(env, tmp_path):
+    command = "echo started; sleep 1; echo finished"
+    call = ("call_bg", "Shell", json.dumps({"command": command, "block_until_ms": 300}))
+    ws = tmp_path / "ws"
+    executor = _KeepBackground(ws)
+    turn = one_round(env, ws, [call], executor=executor)
+    [message] = turn.executor.log
+    assert message.shell_stream_args.timeout == 300
+    assert message.shell_stream_args.timeout_behavior == apb.TIMEOUT_BEHAVIOR_BACKGROUND
+    cards = check_cards(turn, call, "shell_tool_call", message.shell_stream_args)
+    assert [d.shell_tool_call_delta.stdout.content for d in cards.deltas] == ["started\n"]
+    shell = cards.completed.shell_tool_call.result
+    terminals = str(ws / ".terminals")
+    assert (shell.is_background, shell.terminals_folder, shell.success.shell_id) == (True, terminals, 1)
+    assert shell.pid == shell.success.pid == executor.pids[1] > 0
+    assert shell.success.interleaved_output == "started\n"
+    content = f"shell running in background shell_id=1 pid={shell.pid} terminals_folder={terminals}\nstarted\n"
+    check_round(env, turn, [call], [("call_bg", content)])
+    # the backgrounded shell was never aborted: it ran to its end after the turn
+    assert not turn.result.down("exec_server_control_message")
+    assert executor.final_output[1] == "started\nfinished\nexit_code: 0\n"
+
+
+class _KeepBackground(LocalExecutor):
+    """A LocalExecutor whose close waits for background shells instead of killing them."""
+
+    final_output: dict[int, str]
+    pids: dict[int, int]
+
+    async def aclose(self) -> None:
+        self.final_output, self.pids = {}, {}
+        for shell_id, (job, _) in list(self._background.items()):
+            self.pids[shell_id] = job.proc.pid
+            await self.wait_background(shell_id, timeout=10)
+            self.final_output[shell_id] = (self.terminals_folder / f"{shell_id}.txt").read_text()
+        await super().aclose()
+
+
+def test_await_shell(env, tmp_path):
+    ws = tmp_path / "ws"
+    shell = ("call_bg", "Shell", json.dumps({"command": "echo started; sleep 0.8; echo finished",
+                                             "block_until_ms": 200}))
+    wait = ("call_wait", "AwaitShell", '{"shell_id": 1, "block_until_ms": 10000}')
+    from tests.support.scripted_provider import CHAT
+
+    turn = run_turn(env, ws, [CHAT.tool_calls([shell]), CHAT.tool_calls([wait]), CHAT.text_reply(REPLY)])
+    assert_completed(turn)
+    out_file = str(ws / ".terminals" / "1.txt")
+    cards = check_cards(turn, wait, "await_tool_call", apb.AwaitArgs(task_id="1", block_until_ms=10000))
+    complete = cards.completed.await_tool_call.result.success.complete
+    assert (complete.task_id, complete.exit_code, complete.output_file_path, complete.wake_reason) == (
+        "1", 0, out_file, "exit")
+    # AwaitShell re-reads the background shell's output file until its exit_code line appears
+    reads = [m for m in turn.executor.log if m.WhichOneof("message") == "read_args"]
+    assert reads and reads == [exec_message(m.id, "call_wait", read_args=apb.ReadArgs(
+        path=out_file, tool_call_id="call_wait")) for m in reads]
+    assert [m.id for m in turn.executor.log] == list(range(1, len(turn.executor.log) + 1))  # one id space
+    check_round(env, turn, [wait], [("call_wait", f"shell_id=1 exited exit_code=0 output_file={out_file}\n"
+                                                  "started\nfinished\n")], round_no=1)
+    assert cards.model_call_id != check_cards(turn, shell, "shell_tool_call").model_call_id
+
+
+# ---- local tools ----------------------------------------------------------------------------------
+
+
+def test_todo_write(env, tmp_path):
+    call = ("call_todo", "TodoWrite", json.dumps({"merge": False, "todos": [
+        {"id": "t1", "content": "Read the code", "status": "completed"},
+        {"id": "t2", "content": "Fix the bug", "status": "in_progress"}]}))
+    turn = one_round(env, tmp_path / "ws", [call])
+    todos = [apb.TodoItem(id="t1", content="Read the code", status=apb.TODO_STATUS_COMPLETED),
+             apb.TodoItem(id="t2", content="Fix the bug", status=apb.TODO_STATUS_IN_PROGRESS)]
+    args = apb.UpdateTodosArgs(merge=False, todos=todos)
+    result = apb.UpdateTodosResult(success=apb.UpdateTodosSuccess(todos=todos, total_count=2, was_merge=False))
+    check_cards(turn, call, "update_todos_tool_call", args, result)
+    # local: started and completed adjacent, nothing executed by the client
+    assert [k for _, k, _ in turn.cards("call_todo")][-2:] == ["tool_call_started", "tool_call_completed"]
+    assert turn.executor.log == [] and turn.queries.log == []
+    content = ('{"merge":false,"todos":[{"content":"Read the code","id":"t1","status":"completed"},'
+               '{"content":"Fix the bug","id":"t2","status":"in_progress"}]}')
+    check_round(env, turn, [call], [("call_todo", content)])
+    state = turn.result.checkpoints()[-1]
+    assert [apb.TodoItem.FromString(turn.blobs[t]) for t in state.todos] == todos  # the todo state, folded
+
+
+def test_update_current_step_in_subagent(env, tmp_path):
+    call = ("call_step", "UpdateCurrentStep", '{"current_step": "Reading the parser", "completed_subtitle": "read"}')
+    turn = one_round(env, tmp_path / "ws", [call], mode="subagent")
+    args = apb.CommunicateUpdateArgs(current_step="Reading the parser", completed_subtitle="read")
+    # message_index: the 1-based position of this call's step in the turn (no thinking/text before it)
+    result = apb.CommunicateUpdateResult(success=apb.CommunicateUpdateSuccess(current_step="Reading the parser",
+                                                                             message_index=1))
+    check_cards(turn, call, "communicate_update_tool_call", args, result)
+    assert turn.executor.log == [] and turn.queries.log == []
+    check_round(env, turn, [call], [("call_step", '{"completed_subtitle":"read","current_step":"Reading the parser",'
+                                                  '"message_index":1}')])
+
+
+# ---- interactions ---------------------------------------------------------------------------------
+
+
+def test_ask_question(env, tmp_path):
+    call = ("call_ask", "AskQuestion", json.dumps({"title": "Setup", "questions": [
+        {"id": "db", "prompt": "Which database?", "options": [{"id": "pg", "label": "Postgres"},
+                                                               {"id": "lite", "label": "SQLite"}]}]}))
+    queries = ScriptedQueries(answers={"db": ["lite"]})
+    turn = one_round(env, tmp_path / "ws", [call], queries=queries)
+    args = apb.AskQuestionArgs(title="Setup", questions=[apb.AskQuestionArgs.Question(
+        id="db", prompt="Which database?", options=[apb.AskQuestionArgs.Option(id="pg", label="Postgres"),
+                                                    apb.AskQuestionArgs.Option(id="lite", label="SQLite")])])
+    result = apb.AskQuestionResult(success=apb.AskQuestionSuccess(answers=[
+        apb.AskQuestionSuccess.Answer(question_id="db", selected_option_ids=["lite"])]))
+    check_cards(turn, call, "ask_question_tool_call", args, result)
+    assert queries.log == [apb.InteractionQuery(id=1, ask_question_interaction_query=apb.AskQuestionInteractionQuery(
+        args=args, tool_call_id="call_ask"))]
+    assert turn.executor.log == []
+    check_round(env, turn, [call], [("call_ask", '{"answers":[{"question":"Which database?","question_id":"db",'
+                                                 '"selected":["SQLite"]}]}')])
+
+
+def test_create_plan_in_plan_mode(env, tmp_path):
+    call = ("call_plan", "CreatePlan", json.dumps({
+        "name": "Cache layer", "overview": "Add a read-through cache", "plan": "# Plan\n1. cache\n2. tests",
+        "todos": [{"id": "a", "content": "write the cache"},
+                  {"id": "b", "content": "test it", "dependencies": ["a"]}]}))
+    queries = ScriptedQueries(plan_result=apb.CreatePlanResult(success=apb.CreatePlanSuccess(),
+                                                               plan_uri="file:///plans/cache.plan.md"))
+    turn = one_round(env, tmp_path / "ws", [call], mode="plan", queries=queries)
+    args = apb.CreatePlanArgs(name="Cache layer", overview="Add a read-through cache", plan="# Plan\n1. cache\n2. tests",
+                              todos=[apb.TodoItem(id="a", content="write the cache", status=apb.TODO_STATUS_PENDING),
+                                     apb.TodoItem(id="b", content="test it", status=apb.TODO_STATUS_PENDING,
+                                                  dependencies=["a"])])
+    check_cards(turn, call, "create_plan_tool_call", args, queries.plan_result)
+    assert queries.log == [apb.InteractionQuery(id=1, create_plan_request_query=apb.CreatePlanRequestQuery(
+        args=args, tool_call_id="call_plan"))]
+    check_round(env, turn, [call], [("call_plan", 'The plan "Cache layer" was created (file:///plans/cache.plan.md); '
+                                                  'the user can review, edit and build it.')])
+
+
+def test_switch_mode(env, tmp_path):
+    call = ("call_switch", "SwitchMode", '{"target_mode_id": "plan", "explanation": "This needs a plan first."}')
+    queries = ScriptedQueries()
+    turn = one_round(env, tmp_path / "ws", [call], queries=queries)
+    args = apb.SwitchModeArgs(target_mode_id="plan", explanation="This needs a plan first.", tool_call_id="call_switch")
+    result = apb.SwitchModeResult(success=apb.SwitchModeSuccess(from_mode_id="agent", to_mode_id="plan"))
+    check_cards(turn, call, "switch_mode_tool_call", args, result)
+    assert queries.log == [apb.InteractionQuery(id=1, switch_mode_request_query=apb.SwitchModeRequestQuery(args=args))]
+    check_round(env, turn, [call], [("call_switch", "The user approved: switched from agent mode to plan mode.")])
+
+
+def test_web_fetch_approved(env, tmp_path):
+    url = "https://docs.example.com/guide"
+    call = ("call_fetch", "WebFetch", json.dumps({"url": url}))
+    ws = tmp_path / "ws"
+    executor = LocalExecutor(ws, pages={url: FetchPage("# Guide\nStep one.", 200, "text/markdown")})
+    queries = ScriptedQueries()
+    turn = one_round(env, ws, [call], executor=executor, queries=queries)
+    args = apb.WebFetchArgs(url=url, tool_call_id="call_fetch")
+    result = apb.WebFetchResult(success=apb.WebFetchSuccess(url=url, markdown="# Guide\nStep one."))
+    check_cards(turn, call, "web_fetch_tool_call", args, result)
+    # the approval is not a result: the same call continues as a fetch exec, with the next id
+    assert queries.log == [apb.InteractionQuery(id=1, web_fetch_request_query=apb.WebFetchRequestQuery(args=args))]
+    assert executor.log == [exec_message(2, "call_fetch", fetch_args=apb.FetchArgs(url=url, tool_call_id="call_fetch"))]
+    check_round(env, turn, [call], [("call_fetch", f"URL: {url}\nStatus: 200 (text/markdown)\n\n# Guide\nStep one.")])
+
+
+def test_web_fetch_rejected(env, tmp_path):
+    url = "https://docs.example.com/guide"
+    call = ("call_fetch", "WebFetch", json.dumps({"url": url}))
+    queries = ScriptedQueries(approvals={"web_fetch_request_query": False}, reject_reason="not that site")
+    turn = one_round(env, tmp_path / "ws", [call], queries=queries)
+    args = apb.WebFetchArgs(url=url, tool_call_id="call_fetch")
+    result = apb.WebFetchResult(rejected=apb.WebFetchRejected(reason="not that site"))
+    check_cards(turn, call, "web_fetch_tool_call", args, result)
+    assert queries.log == [apb.InteractionQuery(id=1, web_fetch_request_query=apb.WebFetchRequestQuery(args=args))]
+    assert turn.executor.log == []  # rejected: nothing fetched
+    check_round(env, turn, [call], [("call_fetch", f"The user declined fetching {url}: not that site")],
+                is_error={"call_fetch": True})
+
+
+def test_web_search_not_configured(env, tmp_path):
+    call = ("call_search", "WebSearch", '{"search_term": "connect protocol envelope", "explanation": "spec"}')
+    queries = ScriptedQueries()
+    turn = one_round(env, tmp_path / "ws", [call], queries=queries)
+    args = apb.WebSearchArgs(search_term="connect protocol envelope", tool_call_id="call_search")
+    message = "WebSearch is not configured in cursor-byok (no search backend in this version)"
+    result = apb.WebSearchResult(error=apb.WebSearchError(error=message))
+    check_cards(turn, call, "web_search_tool_call", args, result)
+    assert queries.log == [apb.InteractionQuery(id=1, web_search_request_query=apb.WebSearchRequestQuery(args=args))]
+    assert turn.executor.log == []  # never a fake result
+    check_round(env, turn, [call], [("call_search", message)], is_error={"call_search": True})
+
+
+def test_generate_image_not_configured(env, tmp_path):
+    call = ("call_img", "GenerateImage", '{"description": "a red fox", "file_path": "img/fox.png"}')
+    ws = tmp_path / "ws"
+    queries = ScriptedQueries()
+    turn = one_round(env, ws, [call], queries=queries)
+    args = apb.GenerateImageArgs(description="a red fox", file_path=str(ws / "img" / "fox.png"))
+    message = "GenerateImage is not configured in cursor-byok (no image generation backend in this version)"
+    result = apb.GenerateImageResult(error=apb.GenerateImageError(error=message))
+    check_cards(turn, call, "generate_image_tool_call", args, result)
+    assert queries.log == [apb.InteractionQuery(id=1, generate_image_request_query=apb.GenerateImageRequestQuery(
+        args=args, tool_call_id="call_img"))]
+    assert turn.executor.log == [] and not (ws / "img").exists()
+    check_round(env, turn, [call], [("call_img", message)], is_error={"call_img": True})
