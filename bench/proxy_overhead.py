@@ -42,10 +42,10 @@ class StampEv(Ev):
         return f"data: {json.dumps(self.chunk({'content': f'<{time.monotonic():.9f}>'}))}\n\n".encode()
 
 
-def stamped_script(tokens: int) -> Sse:
+def stamped_script(tokens: int, interval_ms: float = 0.0) -> Sse:
     chunk = CHAT._chunker()
     items = [chunk({"role": "assistant", "content": ""})]
-    items += [StampEv("", chunk=chunk) for _ in range(tokens)]
+    items += [StampEv("", delay_s=interval_ms / 1000, chunk=chunk) for _ in range(tokens)]
     items += CHAT._tail(chunk, "stop", None)
     return Sse(items)
 
@@ -101,23 +101,26 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tokens", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--interval-ms", type=float, default=0.0,
+                        help="pause between provider chunks (0 = as fast as it can)")
     args = parser.parse_args()
     with ScriptedProvider() as provider, tempfile.TemporaryDirectory() as d:
         proxy, ids = start_proxy(Path(d) / "home", provider)
         try:
             results = {"direct": ([], []), "through the proxy": ([], [])}
             for _ in range(args.runs):
-                provider.enqueue("openai_chat", stamped_script(args.tokens))
+                provider.enqueue("openai_chat", stamped_script(args.tokens, args.interval_ms))
                 ttft, lat = asyncio.run(direct(provider.base_url))
                 results["direct"][0].append(ttft)
                 results["direct"][1].extend(lat)
-                provider.enqueue("openai_chat", stamped_script(args.tokens))
+                provider.enqueue("openai_chat", stamped_script(args.tokens, args.interval_ms))
                 ttft, lat = asyncio.run(proxied(proxy, ids["openai_chat"]))
                 results["through the proxy"][0].append(ttft)
                 results["through the proxy"][1].extend(lat)
         finally:
             proxy.stop()
-        print(f"mitmdump + addon ready in {proxy.ready_s:.2f} s; {args.tokens} tokens x {args.runs} runs\n")
+        pace = f"every {args.interval_ms:g} ms" if args.interval_ms else "as fast as the provider can"
+        print(f"mitmdump + addon ready in {proxy.ready_s:.2f} s; {args.tokens} tokens ({pace}) x {args.runs} runs\n")
         print("| path | time to first token / text_delta (p50) | per-event latency p50 | p99 | events |")
         print("|---|---|---|---|---|")
         for name, (ttft, lat) in results.items():

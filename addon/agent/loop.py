@@ -33,7 +33,7 @@ from .config import ModelRoute, redact
 from .cursor import context as request_context
 from .cursor import projection as proj
 from .cursor import updates
-from .errors import AlreadyExists, ConfigError, ProtocolError, ProviderError, RunCanceled
+from .errors import AlreadyExists, ConfigError, ProtocolError, ProviderError, RunCanceled, RunError
 from .providers import adapter_for
 from .providers.base import (
     Done, ModelCycle, ModelRequest, TextDelta, ThinkingDelta, ThinkingEnd, ThinkingStart, ToolCallStart, Usage,
@@ -98,6 +98,7 @@ class Turn:
         self.revision: int | None = None
         self.usage_totals: dict = {}
         self.blobs: dict[bytes, bytes] = {}
+        self._initial_publish: asyncio.Future | None = None
         self.call_index = -1
 
     # ---- entry --------------------------------------------------------------------------------
@@ -126,13 +127,16 @@ class Turn:
         run.execs = self.execs
         await self._load_base()
         action = request.action.WhichOneof("action")
-        if action == "user_message_action":
-            await self._begin_user_turn()
-        elif action == "resume_action":
-            await self._resume()
-        else:
-            raise ProtocolError(f"unsupported run action {action!r}")
-        await self._model_loop()
+        try:
+            if action == "user_message_action":
+                await self._begin_user_turn()
+            elif action == "resume_action":
+                await self._resume()
+            else:
+                raise ProtocolError(f"unsupported run action {action!r}")
+            await self._model_loop()
+        finally:
+            self._cancel_initial_publish()
 
     async def _resume(self) -> None:
         """A dropped stream, retried from the client's last eligible checkpoint. A staged round in it
@@ -277,7 +281,15 @@ class Turn:
                 blob_refs=[proj.sha256(um_blob), proj.sha256(state_blob)],
             )
         await self._append([NewMessage("user", "runtime", payload, event_id, run.request_id)])
-        await self._publish(await self._project(self.messages), revision=self.revision)
+        # The initial checkpoint's ACK round trips overlap the provider's time to first token: the
+        # first model event waits for it (frame order is unchanged), and so does a failure.
+        self._initial_publish = asyncio.ensure_future(
+            self._publish(await self._project(self.messages), revision=self.revision))
+        self._initial_publish.add_done_callback(self._initial_publish_done)
+
+    def _initial_publish_done(self, task: asyncio.Future) -> None:
+        if not task.cancelled() and isinstance(task.exception(), RunError):
+            self.run.fail(task.exception())  # e.g. an ACK timeout: end the run now, not at the next event
 
     async def _project(self, messages, pending: proj.Pending | None = None) -> proj.Projection:
         # Hashing a long history is real work: keep it off the event loop.
@@ -300,6 +312,16 @@ class Turn:
         stored = await self.svc.store.messages(revision)
         self.messages = stored
         self.revision = revision
+
+    def _cancel_initial_publish(self) -> None:
+        if self._initial_publish is not None and not self._initial_publish.done():
+            self._initial_publish.cancel()
+
+    async def _initial_checkpoint(self) -> None:
+        """Wait until the run's initial checkpoint is out (raises what it raised)."""
+        if self._initial_publish is not None:
+            task, self._initial_publish = self._initial_publish, None
+            await task
 
     async def _set_blobs(self, *projections: proj.Projection) -> None:
         """Keep a copy of every new blob (with its reference edges) in the store, SET them on the
@@ -400,14 +422,19 @@ class Turn:
                             metrics=metrics, cycle=cycle, on_raw=raw.extend if raw is not None else None)
             ) as events:
                 async for event in events:
+                    await self._initial_checkpoint()
                     self._on_event(event, thinking)
                     cards.on_event(event)
+            await self._initial_checkpoint()
         except (ProviderError, ConfigError) as e:
             await self._finish_llm(llm_id, metrics, cycle, status="error", error=e.message, raw=raw)
+            await self._initial_checkpoint()  # a failed call still leaves the user turn restorable
             raise
         except asyncio.CancelledError:
             await asyncio.shield(self._finish_llm(llm_id, metrics, cycle, status="canceled", raw=raw))
             raise
+        finally:
+            self._cancel_initial_publish()
         thinking.end(self)
         usage = _usage_dict(cycle.usage)
         add_usage(self.usage_totals, usage)

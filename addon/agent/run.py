@@ -144,20 +144,20 @@ class Run:
                 self.emit(updates.exec_abort(abort_id))
         if error is None:
             self.outcome = "completed"
-            self._emit_raw(connect.encode_end_stream(), "end_stream", b"{}", connect.FLAG_END_STREAM)
+            frame = connect.encode_end_stream()
         else:
             self.outcome = "canceled" if isinstance(error, RunCanceled) and error.code is connect.Code.CANCELED else "failed"
             level = logging.INFO if self.outcome == "canceled" else logging.WARNING
             log.log(level, "[%s] run ends with %s: %s", self.request_id, error.code.value, error.message)
             frame = connect.encode_end_stream(error.to_connect())
-            self._emit_raw(frame, "end_stream", frame[5:], connect.FLAG_END_STREAM)
-        self._closed = True
-        self.out.put_nowait(None)
-        if self.on_finished is not None:
+        if self.on_finished is not None:  # the terminal state is committed before the client sees it
             try:
                 await self.on_finished(self, error)
             except Exception:
                 log.exception("[%s] on_finished failed", self.request_id)
+        self._emit_raw(frame, "end_stream", frame[5:], connect.FLAG_END_STREAM)
+        self._closed = True
+        self.out.put_nowait(None)
 
     # ---- downstream -----------------------------------------------------------------------------
 
@@ -297,12 +297,20 @@ class Run:
     # ---- frames for the RunSSE body ----------------------------------------------------------------
 
     async def frames(self):
-        """What the stream server writes: envelopes until the end-stream (then None)."""
+        """What the stream server writes: envelopes until the end-stream. Frames already queued are
+        joined into one write: a burst of deltas costs one chunk through mitmproxy, not hundreds."""
         while True:
             chunk = await self.out.get()
             if chunk is None:
                 return
-            yield chunk
+            batch = [chunk]
+            while not self.out.empty():
+                more = self.out.get_nowait()
+                if more is None:
+                    yield b"".join(batch)
+                    return
+                batch.append(more)
+            yield b"".join(batch)
 
 
 def _kind(message: apb.AgentServerMessage) -> str:
