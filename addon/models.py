@@ -305,7 +305,7 @@ class ModelListInjector:
         kind = self._tag(flow)
         if kind is None or flow.response is not None:
             return
-        routes = self._routes()
+        routes = self._active_routes()
         if not routes or not self._direct_and_unconnected(flow):
             return
         host, port = flow.request.host, flow.request.port
@@ -324,7 +324,7 @@ class ModelListInjector:
         kind = model_list_flow(flow)
         if kind is None or flow.response is None or flow.metadata.get("byok_model_list_local"):
             return
-        routes = self._routes()
+        routes = self._active_routes()
         if not routes:
             return
         resp = flow.response
@@ -355,6 +355,12 @@ class ModelListInjector:
             self.probe.mark_down(host, port, data.server.error or "connection failed")
 
     # ---- helpers ----
+
+    def _active_routes(self) -> Sequence[ModelRoute]:
+        """The models to add; none in observe mode, which leaves every byte as upstream sent it."""
+        if getattr(ctx.options, "byok_mode", "intercept") == "observe":
+            return ()
+        return self._routes()
 
     def _tag(self, flow: http.HTTPFlow) -> ModelList | None:
         kind = model_list_flow(flow)
