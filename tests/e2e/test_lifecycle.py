@@ -248,3 +248,132 @@ def test_editing_an_earlier_message_branches_from_its_anchor(home, provider):
         assert len(cp.turns) == 1
     finally:
         proxy.stop()
+
+
+def test_kill9_with_a_staged_round_resumes_the_tools_without_a_new_model_call(home, provider, tmp_path):
+    """The proxy dies while a tool round is staged (the client holds the staged checkpoint). After a
+    restart, resume_action with that checkpoint re-runs the round's tools first; the model is asked
+    again only once the round settled, and nothing is duplicated."""
+    from byok.cli.executor import LocalExecutor
+
+    proxy, ids = start_proxy(home, provider)
+    model = ids["openai_chat"]
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "a.txt").write_text("from a\n")
+    read_args = json.dumps({"path": str(workspace / "a.txt")})
+    provider.enqueue("openai_chat", CHAT.tool_calls([("call_a", "Read", read_args)]))
+    try:
+        async def first_attempt():
+            executor = LocalExecutor(workspace)
+            staged: list = []
+
+            async def never_answer(client, message):  # the client never gets to run the tool
+                return None
+
+            async with proxy.client(on_exec=never_answer) as client:
+                async def on_frame(frame):
+                    if frame.kind == "conversation_checkpoint_update" and \
+                            frame.message.conversation_checkpoint_update.pending_tool_calls:
+                        staged.append(frame.message.conversation_checkpoint_update)
+                        proxy.kill9()
+
+                req = user_turn_request("read a", model_id=model, workspace=str(workspace))
+                try:
+                    await client.run(req, on_frame=on_frame)
+                except Exception:
+                    pass  # the stream dies with the proxy
+                await executor.aclose()
+                return req, staged[0], dict(client.blobs)
+
+        req, staged, blobs = run(first_attempt())
+        assert json.loads(staged.pending_tool_calls[0])["content"][-1]["toolCallId"] == "call_a"
+        calls_before = len(provider.requests)
+        proxy.start()
+        provider.enqueue("openai_chat", CHAT.text_reply("a says: from a"))
+
+        async def resume():
+            executor = LocalExecutor(workspace)
+            async with proxy.client(blobs=blobs, on_exec=executor.on_exec) as client:
+                request = apb.AgentRunRequest(conversation_id=req.conversation_id, requested_model=req.requested_model)
+                request.conversation_state.CopyFrom(staged)
+                request.action.resume_action.request_context.CopyFrom(req.action.user_message_action.request_context)
+                result = await client.run(request, on_frame=executor.on_frame)
+                await executor.aclose()
+                return result, executor.log
+
+        result, execs = run(resume())
+        assert result.end_error is None, result.end_error
+        assert [e.WhichOneof("message") for e in execs] == ["read_args"]
+        kinds = result.kinds()
+        completed = kinds.index("interaction_update.tool_call_completed")
+        first_text = kinds.index("interaction_update.text_delta")
+        settled = [i for i, k in enumerate(kinds) if k == "conversation_checkpoint_update"]
+        assert any(completed < i < first_text for i in settled)  # settled before the model is asked again
+        assert len(provider.requests) == calls_before + 1
+        tool_message = messages_of(provider.requests[-1])[-1]
+        assert tool_message["role"] == "tool" and "from a" in tool_message["content"]
+        # the round's start time survived the crash
+        pending = json.loads(staged.pending_tool_calls[0])
+        started = pending["providerOptions"]["cursor"]["pendingToolCallStartedAtMs"]
+        [done] = [f.message.interaction_update.tool_call_completed.tool_call
+                  for f in result.down("interaction_update.tool_call_completed")]
+        assert done.started_at_ms == started
+        db = sqlite3.connect(proxy.db)
+        roles = [r for (r,) in db.execute(
+            "SELECT m.role FROM revisions r JOIN messages m ON m.id = r.message_id"
+            " WHERE r.id = (SELECT head_revision_id FROM conversations WHERE id = ?)", [req.conversation_id])]
+        assert roles == ["assistant"]  # the head is the final answer...
+        history = db.execute("SELECT count(*) FROM messages WHERE conversation_id = ? AND role = 'tool'",
+                             [req.conversation_id]).fetchone()[0]
+        assert history == 1  # ...and the tool result was stored once
+    finally:
+        proxy.stop()
+
+
+def test_conversation_begun_on_a_cursor_model_continues_on_ours(home, provider):
+    """Hybrid: the history exists only as the client's checkpoint, written by Cursor's backend
+    (AI-SDK JSON roots, its own turn blobs). It is imported by KV GET and continued."""
+    import hashlib
+
+    proxy, ids = start_proxy(home, provider)
+    provider.enqueue("openai_chat", CHAT.text_reply("continuing where Cursor left off"))
+
+    def blob(data: bytes) -> bytes:
+        return hashlib.sha256(data).digest()
+
+    roots = [
+        json.dumps({"role": "system", "content": "You are Cursor's own agent."}).encode(),
+        json.dumps({"role": "user", "content": [{"type": "text", "text": "what is in x.py?"}]}).encode(),
+        json.dumps({"role": "assistant", "id": "1", "content": [
+            {"type": "text", "text": "Let me look."},
+            {"type": "tool-call", "toolCallId": "toolu_1", "toolName": "Read", "input": {"path": "x.py"}}]}).encode(),
+        json.dumps({"role": "tool", "id": "toolu_1", "content": [
+            {"type": "tool-result", "toolCallId": "toolu_1", "toolName": "Read",
+             "output": {"type": "text", "value": "print('x')"}}]}).encode(),
+        json.dumps({"role": "assistant", "id": "1", "content": [{"type": "text", "text": "It prints x."}]}).encode(),
+    ]
+    user_message = apb.UserMessage(text="what is in x.py?", message_id="cursor-m1").SerializeToString()
+    step = apb.ConversationStep(assistant_message=apb.AssistantMessage(text="It prints x.")).SerializeToString()
+    turn = apb.ConversationTurnStructure(agent_conversation_turn=apb.AgentConversationTurnStructure(
+        user_message=blob(user_message), steps=[blob(step)], request_id="cursor-request-1")).SerializeToString()
+    client_blobs = {blob(b): b for b in [*roots, user_message, step, turn]}
+    state = apb.ConversationStateStructure(root_prompt_messages_json=[blob(r) for r in roots], turns=[blob(turn)])
+    try:
+        async def scenario():
+            async with proxy.client(blobs=dict(client_blobs)) as client:
+                req = user_turn_request("and now with my model?", model_id=ids["openai_chat"], state=state)
+                return await client.run(req), list(client.get_log)
+
+        result, gets = run(scenario())
+        assert result.end_error is None, result.end_error
+        assert set(blob(r) for r in roots) <= set(gets) and blob(turn) in gets
+        sent = messages_of(provider.requests[-1])
+        assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool", "assistant", "user"]
+        assert sent[0]["content"] != "You are Cursor's own agent."  # our system prompt replaces theirs
+        assert sent[2]["tool_calls"][0]["id"] == "toolu_1" and sent[3]["content"] == "print('x')"
+        cp = result.checkpoints()[-1]
+        assert list(cp.root_prompt_messages_json[1:5]) == [blob(r) for r in roots[1:]]  # their roots, reused
+        assert cp.turns[0] == blob(turn) and len(cp.turns) == 2
+    finally:
+        proxy.stop()
