@@ -163,6 +163,8 @@ def one_round(env: Env, workspace: Path, calls: list[Call], *, kind: str = "open
     s = SCRIPTS[kind]
     turn = run_turn(env, workspace, [s.tool_calls(calls), s.text_reply(REPLY)], kind=kind, **kwargs)
     assert_completed(turn)
+    # exactly one staged and one settled checkpoint for the round (none per result), then the final three
+    assert [len(c.pending_tool_calls) for c in turn.result.checkpoints()] == [0, 1, 0, 1, 0, 0]
     if kind == "openai_chat":  # the run really was in `mode`: its tool list is that manifest
         assert [t["function"]["name"] for t in turn.requests[0].json["tools"]] == MANIFESTS[mode]
     return turn
@@ -247,7 +249,8 @@ def server_frame_times(proxy: Proxy, request_id: str, count: int, timeout: float
 
 
 def check_round(env: Env, turn: Turn, calls: list[Call], results: list[tuple[str, str]], *,
-                round_no: int = 0, text: str | None = None, is_error: dict[str, bool] | None = None) -> None:
+                round_no: int = 0, text: str | None = None, is_error: dict[str, bool] | None = None,
+                kind: str = "openai_chat") -> None:
     """Round `round_no` of the turn: checkpoints, blobs, ToolCall steps and the provider's next request.
     `results` = (call_id, exact content) in completion order."""
     result = turn.result
@@ -299,7 +302,7 @@ def check_round(env: Env, turn: Turn, calls: list[Call], results: list[tuple[str
     turn.server_ts = times
     next_request = turn.requests[round_no + 1]
     assert times[settled_at] <= next_request.received_at * 1000
-    check_chat_replay(turn, calls, results, round_no=round_no, text=text)
+    REPLAY_CHECKS[kind](turn, calls, results, round_no=round_no, text=text, is_error=is_error)
 
 
 def turn_steps(turn: Turn, state: apb.ConversationStateStructure) -> list[apb.ConversationStep]:
@@ -308,7 +311,7 @@ def turn_steps(turn: Turn, state: apb.ConversationStateStructure) -> list[apb.Co
 
 
 def check_chat_replay(turn: Turn, calls: list[Call], results: list[tuple[str, str]], *, round_no: int = 0,
-                      text: str | None = None) -> None:
+                      text: str | None = None, is_error: dict[str, bool] | None = None) -> None:
     """OpenAI Chat: the provider's next request = the previous one + ONE assistant message with every
     call (index order, the exact argument text) + one `role: tool` message per result (completion
     order), each content a string."""
@@ -322,6 +325,56 @@ def check_chat_replay(turn: Turn, calls: list[Call], results: list[tuple[str, st
         *({"role": "tool", "tool_call_id": cid, "content": content} for cid, content in results),
     ]
     assert all(isinstance(m["content"], str) for m in after[len(before) + 1:])
+
+
+def check_responses_replay(turn: Turn, calls: list[Call], results: list[tuple[str, str]], *, round_no: int = 0,
+                           text: str | None = None, is_error: dict[str, bool] | None = None) -> None:
+    """OpenAI Responses: the next input = the previous one + the `function_call` items (index order, exact
+    argument text) + one `function_call_output` per result (completion order), each output a string."""
+    assert text is None
+    before = turn.requests[round_no].json["input"]
+    after = turn.requests[round_no + 1].json["input"]
+    assert after[: len(before)] == before
+    added = after[len(before):]
+    assert [{k: item.get(k) for k in ("type", "call_id", "name", "arguments")} for item in added[: len(calls)]] == [
+        {"type": "function_call", "call_id": cid, "name": name, "arguments": args} for cid, name, args in calls]
+    assert all(item["id"].startswith("fc_") for item in added[: len(calls)])  # the provider's own item ids
+    assert added[len(calls):] == [{"type": "function_call_output", "call_id": cid, "output": content}
+                                  for cid, content in results]
+
+
+def check_anthropic_replay(turn: Turn, calls: list[Call], results: list[tuple[str, str]], *, round_no: int = 0,
+                           text: str | None = None, is_error: dict[str, bool] | None = None) -> None:
+    """Anthropic: the next messages = the previous ones + ONE assistant message of `tool_use` blocks (index
+    order; input = the parsed arguments, {} when they were not JSON) + ONE user message of `tool_result`
+    blocks (completion order, string content, is_error kept)."""
+    assert text is None
+    is_error = is_error or {}
+    before = turn.requests[round_no].json["messages"]
+    after = turn.requests[round_no + 1].json["messages"]
+    assert after[: len(before)] == before
+
+    def parsed(args: str):
+        try:
+            return json.loads(args)
+        except ValueError:
+            return {}
+
+    def tool_result(cid: str, content: str) -> dict:
+        block = {"type": "tool_result", "tool_use_id": cid, "content": content}
+        if is_error.get(cid):
+            block["is_error"] = True
+        return block
+
+    assert after[len(before):] == [
+        {"role": "assistant", "content": [{"type": "tool_use", "id": cid, "name": name, "input": parsed(args)}
+                                          for cid, name, args in calls]},
+        {"role": "user", "content": [tool_result(cid, content) for cid, content in results]},
+    ]
+
+
+REPLAY_CHECKS = {"openai_chat": check_chat_replay, "openai_responses": check_responses_replay,
+                 "anthropic": check_anthropic_replay}
 
 
 def exec_message(exec_id: int, call_id: str, **payload) -> apb.ExecServerMessage:
@@ -706,3 +759,180 @@ def test_generate_image_not_configured(env, tmp_path):
         args=args, tool_call_id="call_img"))]
     assert turn.executor.log == [] and not (ws / "img").exists()
     check_round(env, turn, [call], [("call_img", message)], is_error={"call_img": True})
+
+
+# ---- a parallel round -----------------------------------------------------------------------------
+
+
+class _SlowReads(LocalExecutor):
+    """Answers each Read after a per-file delay, so results complete out of call order."""
+
+    def __init__(self, workspace: Path, delays: dict[str, float]) -> None:
+        super().__init__(workspace)
+        self.delays = delays
+
+    async def on_exec(self, client, message) -> None:
+        if message.WhichOneof("message") == "read_args":
+            await asyncio.sleep(self.delays.get(Path(message.read_args.path).name, 0.0))
+        await super().on_exec(client, message)
+
+
+@pytest.mark.timeout(40)
+def test_parallel_round_completes_out_of_order(env, tmp_path):
+    ws = tmp_path / "ws"
+    calls = [
+        ("call_0", "Shell", '{"command": "sleep 0.7; echo slow"}'),
+        ("call_1", "Read", '{"path": "a.txt"}'),
+        ("call_2", "Read", '{"path": "b.txt"}'),
+        ("call_3", "Read", '{"path": "c.txt"}'),
+    ]
+    executor = _SlowReads(ws, {"a.txt": 0.4, "b.txt": 0.0, "c.txt": 0.2})
+    turn = one_round(env, ws, calls, files={"a.txt": "A\n", "b.txt": "B\n", "c.txt": "C\n"}, executor=executor,
+                     ack_delay_s=0.1)
+    # all four dispatched at once (before any result), each on its own exec id, in call order
+    down = turn.down
+    execs = [i for i, f in enumerate(down) if f.kind == "exec_server_message"]
+    first_done = min(turn.indices("interaction_update.tool_call_completed"))
+    assert len(execs) == 4 and max(execs) < first_done
+    assert [(down[i].message.exec_server_message.id, down[i].message.exec_server_message.exec_id) for i in execs] == [
+        (1, "call_0"), (2, "call_1"), (3, "call_2"), (4, "call_3")]
+    # results complete in real completion order, not call order
+    assert turn.completed_order() == ["call_2", "call_3", "call_1", "call_0"]
+    model_call_ids = set()
+    for call, name in zip(calls[1:], "ABC"):
+        path = str(ws / f"{name.lower()}.txt")
+        cards = check_cards(turn, call, "read_tool_call", apb.ReadToolArgs(path=path), apb.ReadToolResult(
+            success=apb.ReadToolSuccess(path=path, content=f"{name}\n", total_lines=1, file_size=2)))
+        model_call_ids.add(cards.model_call_id)
+    shell = check_cards(turn, calls[0], "shell_tool_call")
+    assert [d.shell_tool_call_delta.stdout.content for d in shell.deltas] == ["slow\n"]
+    model_call_ids.add(shell.model_call_id)
+    assert len(model_call_ids) == 1  # one model call, one round
+    # one staged + one settled checkpoint for the round; the provider's 2nd request (after settled) folds
+    # the round into ONE assistant with the 4 calls in index order, then the results in completion order
+    check_round(env, turn, calls, [("call_2", "     1|B"), ("call_3", "     1|C"), ("call_1", "     1|A"),
+                                   ("call_0", "Exit code: 0\nslow\n")])
+    assert len(turn.requests[1].json["messages"]) == len(turn.requests[0].json["messages"]) + 5
+
+
+# ---- the model's mistakes -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_model_mistakes_become_tool_errors(env, tmp_path, kind):
+    """Arguments that are not JSON, arguments that break the schema, a tool that does not exist: each
+    card is shown and closed with an error, nothing is executed, the run goes on and the model's next
+    request carries the error strings in its dialect."""
+    calls = [
+        ("bad_json", "Read", '{"path": "a.txt"'),
+        ("bad_args", "Shell", '{"block_until_ms": 5, "description": "no command"}'),
+        ("no_tool", "Frobnicate", '{"x": 1}'),
+    ]
+    s = SCRIPTS[kind]
+    turn = run_turn(env, tmp_path / "ws", [s.tool_calls(calls), s.text_reply(REPLY)], kind=kind,
+                    files={"a.txt": "A\n"})
+    assert_completed(turn)  # never a crash, never a protocol error
+    assert turn.executor.log == [] and turn.queries.log == []  # never a silent fallback to some execution
+    contents = {
+        "bad_json": "Invalid arguments for Read: arguments are not valid JSON (Expecting ',' delimiter at "
+                    "position 16). Fix the arguments and call Read again.",
+        "bad_args": "Invalid arguments for Shell: missing command: `command` is required (a string). "
+                    "Fix the arguments and call Shell again.",
+        "no_tool": "Tool 'Frobnicate' is not available: it is not in the current advertised tool set. "
+                   f"Available tools: {', '.join(MANIFESTS['agent'])}.",
+    }
+    # the card of a known tool: its typed variant, no args, closed with the typed error result
+    check_cards(turn, calls[0], "read_tool_call", apb.ReadToolArgs(),
+                apb.ReadToolResult(error=apb.ReadToolError(error_message=contents["bad_json"])))
+    check_cards(turn, calls[1], "shell_tool_call", apb.ShellArgs(),
+                apb.ShellResult(spawn_error=apb.ShellSpawnError(error=contents["bad_args"])))
+    # an unknown tool has no ToolCall variant: the card carries only its id, and still opens and closes
+    cards = turn.cards("no_tool")
+    assert [k for _, k, _ in cards][0] == "partial_tool_call" and [k for _, k, _ in cards][-2:] == [
+        "tool_call_started", "tool_call_completed"]
+    started, completed = cards[-2][2].tool_call, cards[-1][2].tool_call
+    assert all(u.tool_call.WhichOneof("tool") is None and u.tool_call.tool_call_id == "no_tool" for _, _, u in cards)
+    assert completed.started_at_ms == started.started_at_ms <= completed.completed_at_ms
+    order = turn.completed_order()
+    assert sorted(order) == sorted(contents)
+    check_round(env, turn, calls, [(cid, contents[cid]) for cid in order], kind=kind,
+                is_error={cid: True for cid in contents})
+
+
+# ---- the client's protocol violations -------------------------------------------------------------
+
+VIOLATIONS = {
+    "wrong_result": "protocol error: unexpected exec result write_result for tool Read (id 1)",
+    "unknown_id": "protocol error: unknown ExecClientMessage id: 1001",
+    "close_before_result": "protocol error: Exec stream closed before result (tool Read, id 1)",
+    "throw": "protocol error: client exec threw (tool Read, id 1): scripted client failure",
+    "query_wrong_response": "protocol error: unexpected interaction response switch_mode_request_response "
+                            "for tool AskQuestion (id 1)",
+    "query_unknown_id": "protocol error: unknown InteractionResponse id: 1001",
+}
+
+
+@pytest.mark.parametrize("violation", list(VIOLATIONS))
+def test_client_protocol_violation_ends_the_run(env, tmp_path, violation):
+    from tests.support.scripted_provider import CHAT
+
+    ws = tmp_path / "ws"
+    if violation.startswith("query_"):
+        call = ("call_q", "AskQuestion", '{"questions": [{"id": "q", "prompt": "Go?", "options": '
+                                         '[{"id": "y", "label": "Yes"}, {"id": "n", "label": "No"}]}]}')
+        executor = LocalExecutor(ws)
+        queries = ScriptedQueries(misbehave=[Misbehave(violation.removeprefix("query_"))])
+    else:
+        call = ("call_r", "Read", '{"path": "a.txt"}')
+        executor = LocalExecutor(ws, misbehave=[Misbehave(violation)])
+        queries = ScriptedQueries()
+    turn = run_turn(env, ws, [CHAT.tool_calls([call])], files={"a.txt": "A\n"}, executor=executor, queries=queries,
+                    settle_s=0.2)
+    result = turn.result
+    assert result.status == 200
+    assert result.end_error is not None and result.end_error.code is connect.Code.INVALID_ARGUMENT
+    assert result.end_error.message == VIOLATIONS[violation]
+    kinds = result.kinds()
+    assert kinds[-1] == "end_stream" and "interaction_update.turn_ended" not in kinds
+    assert len(turn.requests) == 1  # the model is never called again
+    # the round stays staged (resumable); it never settled
+    assert [len(c.pending_tool_calls) for c in result.checkpoints()] == [0, 1]
+    if violation != "unknown_id":  # a result never arrived, so the card was never completed
+        assert "interaction_update.tool_call_completed" not in kinds
+    db = sqlite3.connect(env.proxy.db)
+    try:
+        row = db.execute("SELECT status, error_code FROM runs WHERE request_id = ?", [result.request_id]).fetchone()
+    finally:
+        db.close()
+    assert row == ("failed", "invalid_argument")
+
+
+def test_late_duplicate_result_is_ignored(env, tmp_path):
+    """A second result for a Read that already completed arrives while the round still runs (its
+    tombstone lives): ignored, the run completes, the model sees the result once."""
+    ws = tmp_path / "ws"
+    calls = [("call_r", "Read", '{"path": "a.txt"}'), ("call_s", "Shell", '{"command": "sleep 0.8; echo ok"}')]
+    executor = LocalExecutor(ws, misbehave=[Misbehave("duplicate_late", field="read_args", delay_s=0.2)])
+    turn = one_round(env, ws, calls, files={"a.txt": "A\n"}, executor=executor)
+    up = [f for f in turn.result.frames if f.direction == "up" and f.message.HasField("exec_client_message")]
+    reads = [f for f in up if f.message.exec_client_message.WhichOneof("message") == "read_result"]
+    assert len(reads) == 2 and reads[0].message == reads[1].message  # the duplicate really went out ...
+    shell_exit = next(f for f in up if f.message.exec_client_message.shell_stream.HasField("exit"))
+    assert reads[1].seqno < shell_exit.seqno  # ... and was handled before the round could settle
+    assert turn.completed_order() == ["call_r", "call_s"]
+    check_cards(turn, calls[0], "read_tool_call")
+    check_round(env, turn, calls, [("call_r", "     1|A"), ("call_s", "Exit code: 0\nok\n")])
+
+
+def test_empty_exec_client_message_keeps_the_exec_pending(env, tmp_path):
+    ws = tmp_path / "ws"
+    call = ("call_r", "Read", '{"path": "a.txt"}')
+    executor = LocalExecutor(ws, misbehave=[Misbehave("empty_first")])
+    turn = one_round(env, ws, [call], files={"a.txt": "A\n"}, executor=executor)
+    up = [f.message.exec_client_message for f in turn.result.frames
+          if f.direction == "up" and f.message.HasField("exec_client_message")]
+    assert [m.WhichOneof("message") for m in up] == [None, "read_result"]
+    path = str(ws / "a.txt")
+    check_cards(turn, call, "read_tool_call", apb.ReadToolArgs(path=path), apb.ReadToolResult(
+        success=apb.ReadToolSuccess(path=path, content="A\n", total_lines=1, file_size=2)))
+    check_round(env, turn, [call], [("call_r", "     1|A")])
