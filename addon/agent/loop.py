@@ -344,7 +344,7 @@ class Turn:
         last = projections[-1]
         if revision is not None:
             await self.svc.store.record_published(
-                self.conversation_id, last.roots_digest, revision, last.blobs.keys())
+                self.conversation_id, last.roots_digest, revision, last.top_level_ids())
         for p in projections:
             self.run.emit(updates.checkpoint(p.state))
 
@@ -381,8 +381,7 @@ class Turn:
         settled = await self._project(self.messages)
         await self._set_blobs(staged, settled)
         await self.svc.store.record_published(
-            self.conversation_id, settled.roots_digest, self.revision, settled.blobs.keys()
-        )
+            self.conversation_id, settled.roots_digest, self.revision, settled.top_level_ids())
         self.run.emit(updates.turn_ended(self.usage_totals))
         self.run.emit(updates.checkpoint(staged.state))
         self.run.emit(updates.checkpoint(settled.state))

@@ -137,6 +137,15 @@ class Projection:
     last_turn_steps: int = 0
     """Steps in the current (last) turn: the base of UpdateCurrentStep's message_index."""
 
+    def top_level_ids(self) -> list[bytes]:
+        """The blobs the state references directly: the store's GC roots for this checkpoint (the
+        rest is reachable through the blob reference edges)."""
+        state = self.state
+        ids = [*state.root_prompt_messages_json, *state.turns, *state.todos]
+        if state.plan:
+            ids.append(state.plan)
+        return ids
+
     def state_bytes(self) -> bytes:
         return self.state.SerializeToString(deterministic=True)
 
@@ -439,9 +448,11 @@ def project(
 
 
 def _fold_tool_state(b: _Builder, state: apb.ConversationStateStructure, messages: Sequence) -> None:
-    """Todos and read paths are derived from the completed tool calls in history, never stored twice.
+    """Todos, the plan and read paths are derived from the completed tool calls in history, never
+    stored twice.
     Without any TodoWrite in history the client's todos are echoed; read paths extend the client's."""
     todos: list[apb.TodoItem] | None = None
+    plan: str | None = None
     read_paths = list(state.read_paths)
     seen = set(read_paths)
     for msg in messages:
@@ -452,6 +463,8 @@ def _fold_tool_state(b: _Builder, state: apb.ConversationStateStructure, message
         variant = call.WhichOneof("tool")
         if variant == "update_todos_tool_call" and call.update_todos_tool_call.result.HasField("success"):
             todos = list(call.update_todos_tool_call.result.success.todos)
+        elif variant == "create_plan_tool_call" and call.create_plan_tool_call.result.HasField("success"):
+            plan = call.create_plan_tool_call.args.plan
         elif variant == "read_tool_call" and call.read_tool_call.result.HasField("success"):
             path = call.read_tool_call.args.path
             if path and path not in seen:
@@ -461,6 +474,8 @@ def _fold_tool_state(b: _Builder, state: apb.ConversationStateStructure, message
         # Each todo is a blob holding one agent.v1.TodoItem (the field is repeated blob ids).
         state.ClearField("todos")
         state.todos.extend(b.blob(t.SerializeToString(deterministic=True)) for t in todos)
+    if plan is not None:  # the current plan: a blob holding agent.v1.ConversationPlan
+        state.plan = b.blob(apb.ConversationPlan(plan=plan).SerializeToString(deterministic=True))
     del state.read_paths[:]
     state.read_paths.extend(read_paths)
 
