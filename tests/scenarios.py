@@ -140,7 +140,8 @@ def run_scenario(scenario: Scenario, home: Path, scripts: Sequence[sp.Script] | 
         try:
             provider.enqueue(scenario.kind, *scripts)
             model = public_model_id(entry["base_url"], entry["kind"], entry["model_id"])
-            asyncio.run(_drive(scenario, proxy, model, home / "workspace"))
+            results = asyncio.run(_drive(scenario, proxy, model, home / "workspace"))
+            _wait_recorded(proxy.db, results)
         finally:
             proxy.stop()
         stable = public_model_id(STABLE_BASE_URL, entry["kind"], entry["model_id"])
@@ -169,15 +170,38 @@ def _attach_provider_requests(capture: Capture, requests: Sequence[sp.RecordedRe
     merge_provider_requests(capture, extra)
 
 
-async def _drive(scenario: Scenario, proxy: Proxy, model: str, workspace: Path) -> None:
+async def _drive(scenario: Scenario, proxy: Proxy, model: str, workspace: Path) -> list[RunResult]:
     workspace.mkdir(parents=True, exist_ok=True)
     for rel, text in scenario.files.items():
         (workspace / rel).parent.mkdir(parents=True, exist_ok=True)
         (workspace / rel).write_text(text)
     executor = _VirtualWorkspace(workspace)
+    ctx = None
     async with proxy.client(on_exec=executor.on_exec) as client:
-        await scenario.client(Ctx(client, model, scenario.name))
+        ctx = Ctx(client, model, scenario.name)
+        await scenario.client(ctx)
     await executor.aclose()
+    return ctx.results
+
+
+def _wait_recorded(db: Path, results: Sequence[RunResult], timeout_s: float = 5.0) -> None:
+    """Wait until the proxy's store holds every frame the client sent and received, so the capture
+    never depends on the batch written while the proxy shuts down."""
+    import sqlite3
+    import time
+
+    want = {(r.request_id, d): sum(f.direction == d for f in r.frames) for r in results for d in ("up", "down")}
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            have = dict(((rid, d), n) for rid, d, n in conn.execute(
+                "SELECT request_id, direction, count(*) FROM frames GROUP BY 1, 2"))
+        finally:
+            conn.close()
+        if all(have.get(key, 0) >= n for key, n in want.items()):
+            return
+        time.sleep(0.05)
 
 
 def run_scenarios(names: Sequence[str] | None = None, *, workers: int = 4) -> dict[str, Capture]:

@@ -33,7 +33,7 @@ SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key",
 # Per-connection or per-version values that would churn every regenerated capture.
 DROPPED_HEADERS = frozenset({"host", "content-length", "user-agent", "connection", "accept-encoding",
                              "transfer-encoding"})
-VOLATILE_KEYS = frozenset({"thinking_duration_ms", "local_execution_time_ms"})
+VOLATILE_KEYS = frozenset({"thinking_duration_ms", "duration_ms", "local_execution_time_ms", "thinkingMs"})
 """JSON keys whose values are measured times: replaced by `<volatile>` when comparing."""
 _KEY_SHAPES = re.compile(
     rb"sk-(?:ant-|proj-)?[A-Za-z0-9_\-]{16,}|AIza[0-9A-Za-z_\-]{30,}|(?i:bearer)\s+[A-Za-z0-9._~+/\-]{12,}=*"
@@ -440,13 +440,15 @@ def normalise(capture: Capture) -> list[str]:
     hunk, not as every later frame renumbered). Up frames of a run are compared in sorted order (their
     arrival order is a race between concurrent BidiAppends). Replaced: measured times (`VOLATILE_KEYS`) and ids
     (request, conversation, model-call, tool round, any UUID) by placeholders in order of appearance.
-    JSON blobs SET to the client are decoded, so a change inside one diffs field by field.
+    Blobs SET to the client are decoded (JSON ones, and protobuf ones whose type the blob graph
+    gives), as are JSON strings, so a change inside one diffs field by field.
     """
     known: list[tuple[str, str]] = []
     for r in capture.of("run"):
         known += [(r.get("conversation_id"), "conversation"), (r.get("request_id"), "request")]
     known += [(r.get("model_call_id"), "model-call") for r in capture.of("llm_call")]
     ids = _Ids(known)
+    types = _blob_types(capture)
     header = {k: v for k, v in capture.header.items() if k not in ("t", "request_ids")}
     blocks: list[tuple[str, list[str]]] = [("header", list(_leaves("capture", ids, header)))]
     for r in capture.records:
@@ -455,7 +457,7 @@ def normalise(capture: Capture) -> list[str]:
             if r["kind"] in fr.HEARTBEAT_KINDS:
                 continue
             label = f"r{r['run']} {r['dir']} {r['kind']}"
-            body = _frame_view(r.get("json"), ids)
+            body = _frame_view(r.get("json"), ids, types)
             blocks.append((f"r{r['run']} {r['dir']}", [label, *_leaves(label, ids, {"flags": r["flags"], "json": body})]))
         elif t == "sse":
             label = f"r{r['run']} call{r['call']} sse"
@@ -485,26 +487,96 @@ def normalise(capture: Capture) -> list[str]:
 _B64_32 = re.compile(r"[A-Za-z0-9+/]{43}=")
 
 
-def _frame_view(obj: Any, ids: _Ids) -> Any:
-    """JSON blobs decoded; 32-byte ids (blob ids: SHA-256) shown as `<blob-N>`."""
+def _blob_types(capture: Capture) -> dict[str, str]:
+    """Blob id (base64) -> agent.v1 message name, following the blob graph from the checkpoints:
+    a blob's type is known only from the field that references it (turns -> ConversationTurnStructure
+    -> user_message / steps ...). Blobs not reached stay opaque."""
+    from byok.proto import agent_pb2 as apb
+
+    data: dict[str, bytes] = {}
+    for r in capture.frames(direction="down"):
+        args = (r.get("json") or {}).get("kv_server_message", {}).get("set_blob_args")
+        if args and "blob_id" in args:
+            data[args["blob_id"]] = base64.b64decode(args.get("blob_data", ""))
+    types: dict[str, str] = {}
+
+    def mark(blob: bytes | str, name: str) -> None:
+        key = blob if isinstance(blob, str) else base64.b64encode(blob).decode()
+        if not key or key in types:
+            return
+        types[key] = name
+        raw = data.get(key)
+        if raw is None:
+            return
+        try:
+            message = getattr(apb, name).FromString(raw)
+        except Exception:  # not what the reference said: leave it opaque
+            types.pop(key)
+            return
+        if name == "ConversationTurnStructure":
+            turn = message.agent_conversation_turn
+            mark(turn.user_message, "UserMessage")
+            for step in turn.steps:
+                mark(step, "ConversationStep")
+        elif name == "UserMessage" and message.conversation_state_blob_id:
+            mark(message.conversation_state_blob_id, "ConversationStateStructure")
+        elif name == "ConversationStateStructure":
+            state(message)
+
+    def state(message) -> None:
+        for blob in message.turns:
+            mark(blob, "ConversationTurnStructure")
+        for blob in message.todos:
+            mark(blob, "TodoItem")
+
+    for r in capture.frames(direction="down"):
+        if r["kind"] == "conversation_checkpoint_update":
+            checkpoint = (r.get("json") or {}).get("conversation_checkpoint_update", {})
+            for key in checkpoint.get("turns", []):
+                mark(key, "ConversationTurnStructure")
+            for key in checkpoint.get("todos", []):
+                mark(key, "TodoItem")
+    return types
+
+
+def _frame_view(obj: Any, ids: _Ids, types: dict[str, str], blob_id: str | None = None) -> Any:
+    """Blobs decoded (JSON, or the agent.v1 message their reference names), JSON strings expanded,
+    32-byte ids (blob ids: SHA-256) shown as `<blob-N>`."""
     if isinstance(obj, dict):
+        here = obj.get("blob_id") if isinstance(obj.get("blob_id"), str) else blob_id
         out = {}
         for k, v in obj.items():
-            if k == "blob_data" and isinstance(v, str):
-                try:
-                    out[k] = {"<json>": json.loads(base64.b64decode(v))}
-                    continue
-                except ValueError:
-                    pass
-                out[k] = v
-            else:
-                out[k] = _frame_view(v, ids)
+            out[k] = _blob_view(v, here, ids, types) if k == "blob_data" and isinstance(v, str) else \
+                _frame_view(v, ids, types, here)
         return out
     if isinstance(obj, list):
-        return [_frame_view(v, ids) for v in obj]
+        return [_frame_view(v, ids, types, blob_id) for v in obj]
     if isinstance(obj, str) and _B64_32.fullmatch(obj):
         return ids.label(obj, "blob")
+    if isinstance(obj, str) and obj[:1] in "{[":
+        try:
+            return {"<json>": json.loads(obj)}
+        except ValueError:
+            pass
     return obj
+
+
+def _blob_view(value: str, blob_id: str | None, ids: _Ids, types: dict[str, str]) -> Any:
+    raw = base64.b64decode(value)
+    try:
+        return {"<json>": json.loads(raw)}
+    except ValueError:
+        pass
+    name = types.get(blob_id or "")
+    if name:
+        from google.protobuf import json_format
+
+        from byok.proto import agent_pb2 as apb
+
+        message = getattr(apb, name).FromString(raw)
+        decoded = json_format.MessageToDict(message, preserving_proto_field_name=True)
+        return {f"<{name}>": _frame_view(decoded, ids, types)}
+    return value
 
 
 def _leaves(label: str, ids: _Ids, obj: Any, path: str = "") -> Iterator[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import copy
 import json
 
@@ -180,3 +181,49 @@ display_name = "DeepSeek (BYOK)"
     assert cap.loads(capsys.readouterr().out).header["request_ids"] == [built.request_failed]
     assert main(["captures", "export", "nope", "--db", str(built.db), "--config", str(config)]) == 1
     assert "no run (request id) or conversation" in capsys.readouterr().err
+
+
+def test_measured_thinking_time_inside_blobs_is_not_a_difference():
+    """A different thinking duration changes a step blob, hence its id, the turn blob that lists it
+    and every checkpoint: the typed blob view and id placeholders make that no difference."""
+    from byok.proto import agent_pb2 as apb
+    from tests.scenarios import CAPTURES
+
+    committed = cap.load(CAPTURES / "thinking_text.jsonl")
+    changed = cap.loads(committed.dumps())
+    b64 = lambda data: base64.b64encode(data).decode()  # noqa: E731
+    renamed: dict[str, str] = {}
+
+    def sets():
+        return [r["json"]["kv_server_message"]["set_blob_args"] for r in changed.frames(direction="down")
+                if r["kind"] == "kv_server_message.set_blob_args"]
+
+    types = cap._blob_types(changed)
+    for args in sets():  # the thinking step: 77 ms instead of what was measured
+        if types.get(args["blob_id"]) != "ConversationStep":
+            continue
+        step = apb.ConversationStep.FromString(base64.b64decode(args["blob_data"]))
+        if step.HasField("thinking_message"):
+            step.thinking_message.duration_ms = 77
+            data = step.SerializeToString(deterministic=True)
+            renamed[args["blob_id"]] = b64(hashlib.sha256(data).digest())
+            args["blob_data"], args["blob_id"] = b64(data), renamed[args["blob_id"]]
+    assert len(renamed) == 1
+    for args in sets():  # turn blobs listing that step get a new id too
+        if types.get(args["blob_id"]) != "ConversationTurnStructure":
+            continue
+        turn = apb.ConversationTurnStructure.FromString(base64.b64decode(args["blob_data"]))
+        steps = [b64(s) for s in turn.agent_conversation_turn.steps]
+        if any(s in renamed for s in steps):
+            del turn.agent_conversation_turn.steps[:]
+            turn.agent_conversation_turn.steps.extend(base64.b64decode(renamed.get(s, s)) for s in steps)
+            data = turn.SerializeToString(deterministic=True)
+            renamed[args["blob_id"]] = b64(hashlib.sha256(data).digest())
+            args["blob_data"], args["blob_id"] = b64(data), renamed[args["blob_id"]]
+    assert len(renamed) == 2
+    text = changed.dumps()
+    for old, new in renamed.items():
+        text = text.replace(old, new)
+    changed = cap.loads(text)
+    assert changed.dumps() != committed.dumps()
+    assert cap.diff(committed, changed) == ""
