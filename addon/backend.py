@@ -43,6 +43,7 @@ class Backend:
         self.http = None
         self.settings: options.Settings | None = None
         self._ready = asyncio.Event()
+        self._gc_task: asyncio.Future | None = None
 
     # ---- lifecycle ------------------------------------------------------------------------------
 
@@ -78,12 +79,16 @@ class Backend:
         self.server = StreamServer(self.runtime.run)
         await self.server.start()
         self._ready.set()
+        if settings.gc_days > 0:
+            self._gc_task = asyncio.ensure_future(self._collect_garbage(settings.gc_days))
         log.info(
             "cursor-byok ready: mode=%s, %d user model(s), db=%s, stream server 127.0.0.1:%d",
             settings.mode, len(self.providers.models), settings.db, self.server.port,
         )
 
     async def done(self) -> None:
+        if self._gc_task is not None:
+            await asyncio.wait([self._gc_task], timeout=5)
         if self.runtime is not None:
             await self.runtime.shutdown(timeout=8.0)
         if self.server is not None:
@@ -94,6 +99,15 @@ class Backend:
             await self.recorder.flush()
         if self.store is not None:
             await self.store.close()
+
+    async def _collect_garbage(self, days: int) -> None:
+        """Mark-and-sweep on the store thread; blobs of runs starting meanwhile are young, so safe."""
+        try:
+            stats = await self.store.gc(retention_ms=days * 86_400_000)
+            log.info("blob GC: %d reachable, %d swept (%.1f MB), %d unreachable but younger than %d days",
+                     stats.marked, stats.swept, stats.swept_bytes / 1e6, stats.kept_young, days)
+        except Exception:
+            log.exception("blob GC failed")
 
     async def _run_finished(self, run: Run, error: RunError | None) -> None:
         status = run.outcome or "failed"

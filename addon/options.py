@@ -39,6 +39,7 @@ class Settings:
     ack_timeout_s: float
     heartbeat_s: float
     deterministic: bool
+    gc_days: int = 0
 
     def is_cursor_host(self, host: str) -> bool:
         return any(fnmatch.fnmatchcase(host.lower(), pattern) for pattern in self.hosts)
@@ -88,6 +89,11 @@ class Options:
             "Send a heartbeat on an idle RunSSE stream after this many seconds (waiting on a provider or tool).",
         )
         loader.add_option(
+            "byok_gc_days", int, 0,
+            "At start-up, delete stored blobs that no checkpoint or message references any more and that "
+            "are older than this many days (0: never). Also: `cursor-byok gc`.",
+        )
+        loader.add_option(
             "byok_deterministic", bool, False,
             "Fixed clock and counting ids, so scenario captures regenerate byte for byte (tests only).",
         )
@@ -96,6 +102,8 @@ class Options:
         for name in SECONDS_OPTIONS:
             if name in updated:
                 parse_seconds(name, getattr(ctx.options, name))
+        if "byok_gc_days" in updated and ctx.options.byok_gc_days < 0:
+            raise exceptions.OptionsError("byok_gc_days must be 0 (off) or a number of days")
         if "byok_hosts" in updated and not ctx.options.byok_hosts:
             raise exceptions.OptionsError("byok_hosts must name at least one host pattern")
 
@@ -113,4 +121,5 @@ def current() -> Settings:
         ack_timeout_s=parse_seconds("byok_ack_timeout_s", o.byok_ack_timeout_s),
         heartbeat_s=parse_seconds("byok_heartbeat_s", o.byok_heartbeat_s),
         deterministic=o.byok_deterministic,
+        gc_days=o.byok_gc_days,
     )
