@@ -264,9 +264,14 @@ def resolve_runs(conn: sqlite3.Connection, ident: str) -> tuple[list[str], str |
                         [ident]).fetchall()
     if rows:
         return [r[0] for r in rows], ident
-    # observe mode records frames of runs it did not answer (no runs row)
+    # runs passed upstream (and everything in observe mode) have frames but no runs row
     if conn.execute("SELECT 1 FROM frames WHERE request_id = ? LIMIT 1", [ident]).fetchone():
-        return [ident], None
+        row = conn.execute("SELECT max(conversation_id) FROM frames WHERE request_id = ?", [ident]).fetchone()
+        return [ident], row[0]
+    rows = conn.execute("SELECT request_id FROM frames WHERE conversation_id = ? GROUP BY request_id"
+                        " ORDER BY min(ts_ms)", [ident]).fetchall()
+    if rows:
+        return [r[0] for r in rows], ident
     raise LookupError(f"no run (request id) or conversation with id {ident!r} in the database")
 
 

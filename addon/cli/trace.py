@@ -63,8 +63,14 @@ def find(conn: sqlite3.Connection, ident: str, *, prefixes: bool = True) -> Foun
     row = q("SELECT request_id, conversation_id FROM tool_rounds WHERE id = ?", [ident]).fetchone()
     if row:
         return Found("tool_round", ident, [row[0]], row[1])
-    if q("SELECT 1 FROM frames WHERE request_id = ? LIMIT 1", [ident]).fetchone():
-        return Found("request", ident, [ident], None)
+    # runs passed upstream (and everything in observe mode) have frames but no runs row
+    row = q("SELECT max(conversation_id) FROM frames WHERE request_id = ? HAVING count(*) > 0", [ident]).fetchone()
+    if row:
+        return Found("request", ident, [ident], row[0])
+    rows = q("SELECT request_id FROM frames WHERE conversation_id = ? GROUP BY request_id ORDER BY min(ts_ms)",
+             [ident]).fetchall()
+    if rows:
+        return Found("conversation", ident, [r[0] for r in rows], ident)
     rows = q("SELECT DISTINCT request_id, conversation_id FROM messages WHERE request_id IS NOT NULL"
              " AND instr(payload, ?) > 0 ORDER BY id", [json.dumps(ident)]).fetchall()
     if rows:

@@ -66,3 +66,23 @@ def test_unknown_id_and_missing_db(built, tmp_path, capsys):
     assert "is not a request, conversation" in capsys.readouterr().out
     assert main(["trace", "x", "--db", str(tmp_path / "missing.db")]) == 2
     assert "no database" in capsys.readouterr().err
+
+
+def test_runs_without_a_run_row_are_found_through_their_frames(built):
+    """Runs passed upstream (or observed) are recorded as frames only."""
+    from byok.store import Store
+
+    store = Store.open(built.db)
+    store.record_frames([{"request_id": "req-upstream-1", "conversation_id": "conv-upstream", "seq": 0,
+                          "direction": "down", "ts_ms": 5, "kind": "end_stream", "flags": 2, "data": b"{}"}])
+    store.close()
+    conn = open_db(built.db)
+    by_request = find(conn, "req-upstream-1")
+    assert (by_request.kind, by_request.conversation_id) == ("request", "conv-upstream")
+    by_conversation = find(conn, "conv-upstream")
+    assert by_conversation.kind == "conversation" and by_conversation.request_ids == ["req-upstream-1"]
+    from byok.cli import capture as cap
+
+    assert cap.resolve_runs(conn, "conv-upstream") == (["req-upstream-1"], "conv-upstream")
+    exported = cap.export(conn, "req-upstream-1")
+    assert exported.of("run")[0]["status"] is None and exported.frames()[0]["kind"] == "end_stream"
