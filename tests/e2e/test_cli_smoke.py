@@ -96,3 +96,17 @@ def test_smoke_explains_a_wrong_ca_and_a_dead_proxy(env, tmp_path):
     done = cli(home, "smoke", "--proxy", f"http://127.0.0.1:{port}", "--confdir", str(proxy.confdir),
                "--config", str(proxy.config), "--text-only")
     assert done.returncode == 1 and "cannot reach the proxy" in done.stderr and "doctor" in done.stderr
+
+
+def test_doctor_recognises_the_running_proxy_and_its_ca(env, tmp_path):
+    from mitmproxy.certs import CertStore
+
+    proxy, home = env
+    common = ["doctor", "--proxy", proxy.url, "--config", str(proxy.config), "--db", str(proxy.db),
+              "--cursor-settings", str(tmp_path / "none.json"), "--os", "linux"]
+    done = cli(home, *common, "--confdir", str(proxy.confdir))
+    assert "ok  proxy" in done.stdout and "is a mitmproxy signing with the CA in the confdir" in done.stdout
+    other = tmp_path / "other-ca"
+    CertStore.from_store(other, "mitmproxy", 2048)
+    done = cli(home, *common, "--confdir", str(other))
+    assert "warn  proxy" in done.stdout and "different CA" in done.stdout
