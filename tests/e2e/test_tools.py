@@ -119,8 +119,11 @@ class Turn:
 
 def run_turn(env: Env, workspace: Path, scripts, *, files: dict[str, str | bytes] | None = None,
              kind: str = "openai_chat", mode: str = "agent", executor: LocalExecutor | None = None,
-             queries: ScriptedQueries | None = None, ack_delay_s: float = 0.0, settle_s: float = 0.0) -> Turn:
-    """Queue `scripts`, run one user turn in `mode` over the proxy, execute its tools for real."""
+             queries: ScriptedQueries | None = None, ack_delay_s: float = 0.05, settle_s: float = 0.0) -> Turn:
+    """Queue `scripts`, run one user turn in `mode` over the proxy, execute its tools for real.
+
+    Blob ACKs go out `ack_delay_s` late, so a checkpoint that does not wait for its ACK barrier, or a
+    provider call that does not wait for the settled checkpoint, shows up in the frame times."""
     workspace.mkdir(parents=True, exist_ok=True)
     for name, content in (files or {}).items():
         path = workspace / name
@@ -134,6 +137,7 @@ def run_turn(env: Env, workspace: Path, scripts, *, files: dict[str, str | bytes
         request.subagent_type_name = "generalPurpose"
     provider = env.provider
     before = len(provider.requests)
+    log_offset = len(env.proxy.log())
     provider.enqueue(kind, *scripts)
 
     async def scenario():
@@ -152,6 +156,8 @@ def run_turn(env: Env, workspace: Path, scripts, *, files: dict[str, str | bytes
     turn = Turn(result, requests, executor, queries, workspace, blobs, request)
     assert provider.pending(kind) == 0, "the run did not make every scripted provider call"
     assert len(requests) == len(scripts)
+    log = env.proxy.log()[log_offset:]
+    assert "Traceback" not in log and "Addon error" not in log, log  # nothing failed on the side
     return turn
 
 
