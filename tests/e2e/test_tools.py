@@ -942,3 +942,61 @@ def test_empty_exec_client_message_keeps_the_exec_pending(env, tmp_path):
     check_cards(turn, call, "read_tool_call", apb.ReadToolArgs(path=path), apb.ReadToolResult(
         success=apb.ReadToolSuccess(path=path, content="A\n", total_lines=1, file_size=2)))
     check_round(env, turn, [call], [("call_r", "     1|A")])
+
+
+def test_cancel_aborts_the_running_shell_and_its_late_result_is_ignored(env, tmp_path):
+    """Cancel while a Shell runs: the server sends `abort` for its exec id and ends the run canceled;
+    the client's aborted exit and stream_close for that id arrive afterwards and are ignored."""
+    from tests.support.scripted_provider import CHAT
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    call = ("call_sh", "Shell", '{"command": "echo started; sleep 20; echo never"}')
+    executor = LocalExecutor(ws)
+    env.provider.enqueue("openai_chat", CHAT.tool_calls([call]))
+    before = len(env.provider.requests)
+    log_offset = len(env.proxy.log())
+    request = user_turn_request("run it", model_id=env.models["openai_chat"], workspace=str(ws))
+
+    async def scenario():
+        async with env.proxy.client(on_exec=executor.on_exec) as client:
+            request_id = "req-tools-cancel-shell"
+
+            async def on_frame(frame):
+                executor.on_frame(frame)  # an abort kills the running shell
+                if frame.kind == "interaction_update.tool_call_delta":  # the command is running
+                    client.append_soon(request_id, apb.AgentClientMessage(conversation_action=apb.ConversationAction(
+                        cancel_action=apb.CancelAction(reason="stop"))))
+
+            t0 = time.monotonic()
+            result = await client.run(request, request_id=request_id, on_frame=on_frame)
+            took = time.monotonic() - t0
+            await asyncio.sleep(0.3)  # the aborted exit + stream_close go out after the end-stream
+            late = await client.append(request_id, apb.AgentClientMessage(
+                exec_client_message=apb.ExecClientMessage(id=1, shell_stream=apb.ShellStream(
+                    exit=apb.ShellStreamExit(code=1)))))
+            await executor.aclose()
+            return result, took, late, client.frames(request_id)
+
+    result, took, late, frames = run(scenario())
+    assert result.end_error is not None and result.end_error.code is connect.Code.CANCELED
+    assert took < 10  # the 20 s command did not hold the run
+    kinds = result.kinds()
+    assert "interaction_update.turn_ended" not in kinds and "interaction_update.tool_call_completed" not in kinds
+    [abort] = result.down("exec_server_control_message")
+    assert abort.message.exec_server_control_message.abort.id == 1
+    assert kinds.index("exec_server_control_message") < kinds.index("end_stream")
+    # the killed shell reported an aborted exit, then closed its stream: both after the run ended
+    exits = [f for f in frames if f.direction == "up" and f.message.exec_client_message.shell_stream.HasField("exit")]
+    assert exits and exits[0].message.exec_client_message.shell_stream.exit.aborted
+    assert exits[0].message.exec_client_message.shell_stream.exit.abort_reason == apb.SHELL_ABORT_REASON_USER_ABORT
+    assert late.status_code == 200  # a late result for the aborted id: accepted and ignored
+    assert len(env.provider.requests) == before + 1
+    log = env.proxy.log()[log_offset:]
+    assert "Traceback" not in log and "Addon error" not in log, log
+    db = sqlite3.connect(env.proxy.db)
+    try:
+        row = db.execute("SELECT status FROM runs WHERE request_id = ?", [result.request_id]).fetchone()
+    finally:
+        db.close()
+    assert row == ("canceled",)
