@@ -4,8 +4,9 @@
   none is ever reused.
 - Presence in `pending` means running; a terminal reply consumes the entry once (`take`).
 - An `ExecClientMessage` with no payload keeps it pending.
-- A late reply, stream_close or heartbeat for an id that completed or was aborted is ignored while
-  its tombstone lives (until the round settles).
+- A late reply, stream_close, throw or heartbeat for an id that completed or was aborted is ignored,
+  also after its round settled: ids are never reused, so any id below `next_id` that is not pending
+  was issued and has finished (the tombstones only name the recent ones in the log).
 - Everything else is the client breaking the protocol (ProtocolError, the run ends): a reply for an
   id never issued, the wrong result type, stream_close before the result, a throw.
 - `abort_running()` (cancel, error, shutdown) returns the ids to send `abort` for: running execs only,
@@ -98,6 +99,9 @@ class ExecTable:
             return entry
         if exec_id in self.tombstones or exec_id in self.background:
             log.debug("ignoring late %s for finished id %d", what, exec_id)
+            return None
+        if 0 < exec_id < self.next_id:  # issued and finished in an earlier, settled round
+            log.debug("ignoring late %s for id %d of a settled round", what, exec_id)
             return None
         raise ProtocolError(f"unknown {what} id: {exec_id}")
 
