@@ -33,7 +33,7 @@ from byok.cli.executor import FetchPage, LocalExecutor, Misbehave, ScriptedQueri
 from byok.proto import agent_pb2 as apb
 from tests.e2e.conftest import run, start_proxy
 from tests.e2e.harness import ROOT, Proxy
-from tests.support.scripted_provider import SCRIPTS, RecordedRequest, ScriptedProvider
+from tests.support.scripted_provider import CHAT, SCRIPTS, Ev, RecordedRequest, ScriptedProvider, Sse
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(30)]
 
@@ -602,8 +602,6 @@ def test_await_shell(env, tmp_path):
     shell = ("call_bg", "Shell", json.dumps({"command": "echo started; sleep 0.8; echo finished",
                                              "block_until_ms": 200}))
     wait = ("call_wait", "AwaitShell", '{"shell_id": 1, "block_until_ms": 10000}')
-    from tests.support.scripted_provider import CHAT
-
     turn = run_turn(env, ws, [CHAT.tool_calls([shell]), CHAT.tool_calls([wait]), CHAT.text_reply(REPLY)])
     assert_completed(turn)
     out_file = str(ws / ".terminals" / "1.txt")
@@ -880,8 +878,6 @@ VIOLATIONS = {
 
 @pytest.mark.parametrize("violation", list(VIOLATIONS))
 def test_client_protocol_violation_ends_the_run(env, tmp_path, violation):
-    from tests.support.scripted_provider import CHAT
-
     ws = tmp_path / "ws"
     if violation.startswith("query_"):
         call = ("call_q", "AskQuestion", '{"questions": [{"id": "q", "prompt": "Go?", "options": '
@@ -930,6 +926,25 @@ def test_late_duplicate_result_is_ignored(env, tmp_path):
     check_round(env, turn, calls, [("call_r", "     1|A"), ("call_s", "Exit code: 0\nok\n")])
 
 
+def test_late_duplicate_after_the_round_settled_is_ignored(env, tmp_path):
+    """The duplicate arrives after the round settled, while the model streams its next answer: the
+    id was issued and completed (ids are never reused), so it is ignored, not "unknown"."""
+    ws = tmp_path / "ws"
+    call = ("call_r", "Read", '{"path": "a.txt"}')
+    executor = LocalExecutor(ws, misbehave=[Misbehave("duplicate_late", field="read_args", delay_s=0.4)])
+    slow_reply = Sse([Ev(item, delay_s=0.2) for item in CHAT.text_reply(REPLY).items])
+    turn = run_turn(env, ws, [CHAT.tool_calls([call]), slow_reply], files={"a.txt": "A\n"}, executor=executor)
+    assert_completed(turn)
+    frames = turn.result.frames
+    reads = [f for f in frames if f.direction == "up" and f.message.HasField("exec_client_message")]
+    assert len(reads) == 2 and reads[0].message == reads[1].message
+    settled = [f for f in frames if f.kind == "conversation_checkpoint_update"][2]
+    assert len(settled.message.conversation_checkpoint_update.pending_tool_calls) == 0
+    end = frames[-1]
+    assert settled.t < reads[1].t < end.t - 0.3  # sent after the round settled, well before the run ended
+    check_round(env, turn, [call], [("call_r", "     1|A")])
+
+
 def test_empty_exec_client_message_keeps_the_exec_pending(env, tmp_path):
     ws = tmp_path / "ws"
     call = ("call_r", "Read", '{"path": "a.txt"}')
@@ -947,8 +962,6 @@ def test_empty_exec_client_message_keeps_the_exec_pending(env, tmp_path):
 def test_cancel_aborts_the_running_shell_and_its_late_result_is_ignored(env, tmp_path):
     """Cancel while a Shell runs: the server sends `abort` for its exec id and ends the run canceled;
     the client's aborted exit and stream_close for that id arrive afterwards and are ignored."""
-    from tests.support.scripted_provider import CHAT
-
     ws = tmp_path / "ws"
     ws.mkdir()
     call = ("call_sh", "Shell", '{"command": "echo started; sleep 20; echo never"}')
