@@ -116,6 +116,7 @@ class Backend:
                 run.request_id, status,
                 error_code=None if error is None else error.code.value,
                 error_message=None if error is None else error.message,
+                usage=run.usage,
             )
         except Exception:
             log.exception("[%s] could not record the run's end", run.request_id)

@@ -24,13 +24,19 @@ class Clock:
 
 
 class FixedClock(Clock):
-    """Wall time starts at `start_ms` and advances 1 ms per reading; monotonic time is real."""
+    """Wall time starts at `start_ms` and advances 1 ms per reading; monotonic time advances 1 ms
+    per reading too, so measured durations (thinking time) are reproducible. Timeouts and
+    heartbeats keep using real time (asyncio's clock)."""
 
     def __init__(self, start_ms: int = 1_767_225_600_000) -> None:  # 2026-01-01T00:00:00Z
         self._ticks = itertools.count(start_ms)
+        self._mono = itertools.count(1)
 
     def wall_ms(self) -> int:
         return next(self._ticks)
+
+    def monotonic(self) -> float:
+        return next(self._mono) / 1000
 
 
 class Ids:

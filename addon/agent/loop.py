@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -410,7 +409,7 @@ class Turn:
         metrics = CallMetrics()
         cycle = ModelCycle()
         raw = bytearray() if self.svc.verbose_llm else None
-        thinking = _ThinkingTimer()
+        thinking = _ThinkingTimer(self.svc.clock)
         try:
             http_request = adapter.build_request(request)
             if self.svc.verbose_llm:
@@ -437,6 +436,7 @@ class Turn:
         thinking.end(self)
         usage = _usage_dict(cycle.usage)
         add_usage(self.usage_totals, usage)
+        self.run.usage = dict(self.usage_totals)
         await self._finish_llm(llm_id, metrics, cycle, status="ok", raw=raw)
         item = AssistantItem(
             text="".join(cycle.text),
@@ -488,18 +488,19 @@ def _ms(seconds: float | None) -> float | None:
 class _ThinkingTimer:
     """Measures thinking segments (monotonic) and sends thinking_completed when one closes."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
         self._started: float | None = None
         self.total_ms = 0
 
     def start(self) -> None:
         if self._started is None:
-            self._started = time.monotonic()
+            self._started = self._clock.monotonic()
 
     def end(self, turn: Turn) -> None:
         if self._started is None:
             return
-        ms = max(1, round((time.monotonic() - self._started) * 1000))
+        ms = max(1, round((self._clock.monotonic() - self._started) * 1000))
         self._started = None
         self.total_ms += ms
         turn.run.emit(updates.thinking_completed(ms))

@@ -60,6 +60,8 @@ class Run:
     on_finished: Callable[["Run", RunError | None], Awaitable[None]] | None = None
 
     conversation_id: str | None = None
+    usage: dict | None = None
+    """Token totals over the run's provider calls, as reported (set by the turn)."""
     terminal: bool = False
     outcome: str | None = None
     out: asyncio.Queue = field(default_factory=asyncio.Queue)

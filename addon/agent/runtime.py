@@ -132,15 +132,15 @@ class Runtime:
         if route is Route.UPSTREAM or ch.run is None:
             return route
         run = ch.run
-        run.record_up(message, raw)
         if message.WhichOneof("message") == "client_heartbeat" and run.stream_attached and not run.terminal:
             run.emit(updates.heartbeat())  # answered at once, whatever the seqno gaps
         try:
-            ready = ch.inbox.push(seqno, message)
+            ready = ch.inbox.push(seqno, (message, raw))
         except ProtocolError as e:
             run.fail(e)
             return route
-        for msg in ready:
+        for msg, msg_raw in ready:
+            run.record_up(msg, msg_raw)  # recorded in protocol (seqno) order, not arrival order
             if msg.WhichOneof("message") == "run_request" and not ch.started:
                 ch.started = True
                 run.start(self.make_turn(msg.run_request))
