@@ -161,13 +161,16 @@ def run_turn(env: Env, workspace: Path, scripts, *, files: dict[str, str | bytes
     return turn
 
 
-def one_round(env: Env, workspace: Path, calls: list[Call], *, kind: str = "openai_chat", **kwargs) -> Turn:
-    """Round 1 = the model calls `calls`, round 2 = a text reply. Checks the run completed."""
+def one_round(env: Env, workspace: Path, calls: list[Call], *, kind: str = "openai_chat", text: str | None = None,
+              reasoning: str | None = None, **kwargs) -> Turn:
+    """Round 1 = the model calls `calls` (after `reasoning` and `text`, if given), round 2 = a text
+    reply. Checks the run completed."""
     mode = kwargs.get("mode", "agent")
     for _, name, _ in calls:
         assert name in MANIFESTS[mode], f"{name} is not offered in {mode} mode"
     s = SCRIPTS[kind]
-    turn = run_turn(env, workspace, [s.tool_calls(calls), s.text_reply(REPLY)], kind=kind, **kwargs)
+    scripts = [s.tool_calls(calls, text=text, reasoning=reasoning), s.text_reply(REPLY)]
+    turn = run_turn(env, workspace, scripts, kind=kind, **kwargs)
     assert_completed(turn)
     # exactly one staged and one settled checkpoint for the round (none per result), then the final three
     assert [len(c.pending_tool_calls) for c in turn.result.checkpoints()] == [0, 1, 0, 1, 0, 0]
@@ -180,7 +183,7 @@ def assert_completed(turn: Turn) -> None:
     result = turn.result
     assert result.status == 200
     assert result.end_error is None, result.end_error
-    assert result.text() == REPLY
+    assert result.text().endswith(REPLY)
     kinds = result.kinds()
     tail = kinds[kinds.index("interaction_update.turn_ended"):]
     assert tail == ["interaction_update.turn_ended"] + ["conversation_checkpoint_update"] * 3 + ["end_stream"]
@@ -255,8 +258,8 @@ def server_frame_times(proxy: Proxy, request_id: str, count: int, timeout: float
 
 
 def check_round(env: Env, turn: Turn, calls: list[Call], results: list[tuple[str, str]], *,
-                round_no: int = 0, text: str | None = None, is_error: dict[str, bool] | None = None,
-                kind: str = "openai_chat") -> None:
+                round_no: int = 0, text: str | None = None, reasoning: str | None = None,
+                is_error: dict[str, bool] | None = None, kind: str = "openai_chat") -> None:
     """Round `round_no` of the turn: checkpoints, blobs, ToolCall steps and the provider's next request.
     `results` = (call_id, exact content) in completion order."""
     result = turn.result
@@ -281,13 +284,16 @@ def check_round(env: Env, turn: Turn, calls: list[Call], results: list[tuple[str
     assert assistant_root["role"] == "assistant"
     assert [(p["toolCallId"], p["toolName"]) for p in assistant_root["content"] if p["type"] == "tool-call"] == \
         [(c[0], c[1]) for c in calls]
+    assert [p["text"] for p in assistant_root["content"] if p["type"] == "text"] == ([text] if text else [])
+    assert [p["text"] for p in assistant_root["content"] if p["type"] == "reasoning"] == (
+        [reasoning] if reasoning else [])
     tool_roots = [json.loads(turn.blobs[r]) for r in roots[len(old) + 1:]]
     assert [(t["role"], [(p["toolCallId"], p["output"]) for p in t["content"]]) for t in tool_roots] == [
         ("tool", [(cid, {"type": "error-text" if is_error.get(cid) else "text", "value": content})])
         for cid, content in results]
     # the turn holds one ToolCall step per call (index order), each the completed card's ToolCall
-    completed = {f.message.interaction_update.tool_call_completed.call_id: f.message.interaction_update.tool_call_completed.tool_call
-                 for f in result.down("interaction_update.tool_call_completed")}
+    completed = {u.call_id: u.tool_call for u in (f.message.interaction_update.tool_call_completed
+                                                  for f in result.down("interaction_update.tool_call_completed"))}
     steps = turn_steps(turn, settled)
     assert [s.tool_call for s in steps if s.HasField("tool_call")][-len(calls):] == [completed[c] for c in ids_by_index]
     # frame order: staged before any execution of the round, settled after its last result
@@ -308,7 +314,7 @@ def check_round(env: Env, turn: Turn, calls: list[Call], results: list[tuple[str
     turn.server_ts = times
     next_request = turn.requests[round_no + 1]
     assert times[settled_at] <= next_request.received_at * 1000
-    REPLAY_CHECKS[kind](turn, calls, results, round_no=round_no, text=text, is_error=is_error)
+    REPLAY_CHECKS[kind](turn, calls, results, round_no=round_no, text=text, reasoning=reasoning, is_error=is_error)
 
 
 def turn_steps(turn: Turn, state: apb.ConversationStateStructure) -> list[apb.ConversationStep]:
@@ -317,27 +323,32 @@ def turn_steps(turn: Turn, state: apb.ConversationStateStructure) -> list[apb.Co
 
 
 def check_chat_replay(turn: Turn, calls: list[Call], results: list[tuple[str, str]], *, round_no: int = 0,
-                      text: str | None = None, is_error: dict[str, bool] | None = None) -> None:
-    """OpenAI Chat: the provider's next request = the previous one + ONE assistant message with every
-    call (index order, the exact argument text) + one `role: tool` message per result (completion
-    order), each content a string."""
+                      text: str | None = None, reasoning: str | None = None,
+                      is_error: dict[str, bool] | None = None) -> None:
+    """OpenAI Chat: the provider's next request = the previous one + ONE assistant message with the
+    round's text, its reasoning (`reasoning_content`) and every call (index order, the exact argument
+    text) + one `role: tool` message per result (completion order), each content a string."""
     before = turn.requests[round_no].json["messages"]
     after = turn.requests[round_no + 1].json["messages"]
     assert after[: len(before)] == before
+    assistant = {"role": "assistant", "content": text,
+                 "tool_calls": [{"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+                                for cid, name, args in calls]}
+    if reasoning is not None:
+        assistant["reasoning_content"] = reasoning
     assert after[len(before):] == [
-        {"role": "assistant", "content": text,
-         "tool_calls": [{"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
-                        for cid, name, args in calls]},
+        assistant,
         *({"role": "tool", "tool_call_id": cid, "content": content} for cid, content in results),
     ]
     assert all(isinstance(m["content"], str) for m in after[len(before) + 1:])
 
 
 def check_responses_replay(turn: Turn, calls: list[Call], results: list[tuple[str, str]], *, round_no: int = 0,
-                           text: str | None = None, is_error: dict[str, bool] | None = None) -> None:
+                           text: str | None = None, reasoning: str | None = None,
+                           is_error: dict[str, bool] | None = None) -> None:
     """OpenAI Responses: the next input = the previous one + the `function_call` items (index order, exact
     argument text) + one `function_call_output` per result (completion order), each output a string."""
-    assert text is None
+    assert text is None and reasoning is None
     before = turn.requests[round_no].json["input"]
     after = turn.requests[round_no + 1].json["input"]
     assert after[: len(before)] == before
@@ -350,11 +361,12 @@ def check_responses_replay(turn: Turn, calls: list[Call], results: list[tuple[st
 
 
 def check_anthropic_replay(turn: Turn, calls: list[Call], results: list[tuple[str, str]], *, round_no: int = 0,
-                           text: str | None = None, is_error: dict[str, bool] | None = None) -> None:
+                           text: str | None = None, reasoning: str | None = None,
+                           is_error: dict[str, bool] | None = None) -> None:
     """Anthropic: the next messages = the previous ones + ONE assistant message of `tool_use` blocks (index
     order; input = the parsed arguments, {} when they were not JSON) + ONE user message of `tool_result`
     blocks (completion order, string content, is_error kept)."""
-    assert text is None
+    assert text is None and reasoning is None
     is_error = is_error or {}
     before = turn.requests[round_no].json["messages"]
     after = turn.requests[round_no + 1].json["messages"]
@@ -482,16 +494,24 @@ def test_read_lints(env, tmp_path):
 
 
 def test_write_crlf_contents(env, tmp_path):
-    call = ("call_write", "Write", '{"path": "pkg/new.txt", "contents": "one\\r\\ntwo\\r\\nthree\\n"}')
+    # the content comes before the path: the card must stream it at once, not wait for the path
+    call = ("call_write", "Write", '{"contents": "one\\r\\ntwo\\r\\nthree\\n", "path": "pkg/new.txt"}')
     ws = tmp_path / "ws"
     turn = one_round(env, ws, [call])
     path = str(ws / "pkg" / "new.txt")
     after = "one\ntwo\nthree\n"
     cards = check_cards(turn, call, "edit_tool_call", apb.EditArgs(path=path, stream_content=after))
-    # the live edit card: the path once complete, the LF-normalised content as tool_call_delta
-    assert [p.tool_call.edit_tool_call.args.path for p in cards.partials if p.tool_call.edit_tool_call.HasField("args")] \
-        == ["pkg/new.txt"]
+    # the live edit card: the LF-normalised content as tool_call_delta while the arguments stream, then
+    # the path once it is complete
     assert "".join(d.edit_tool_call_delta.stream_content_delta for d in cards.deltas) == after
+    sequence = [(k, u) for _, k, u in turn.cards("call_write")]
+    first_delta = next(i for i, (k, _) in enumerate(sequence) if k == "tool_call_delta")
+    last_args = max(i for i, (k, u) in enumerate(sequence) if k == "partial_tool_call" and u.args_text_delta)
+    path_at = [i for i, (k, u) in enumerate(sequence)
+               if k == "partial_tool_call" and u.tool_call.edit_tool_call.HasField("args")]
+    assert first_delta < last_args and len(path_at) == 1 and first_delta < path_at[0]
+    path_card = sequence[path_at[0]][1]
+    assert path_card.tool_call.edit_tool_call.args.path.endswith("pkg/new.txt") and not path_card.args_text_delta
     success = cards.completed.edit_tool_call.result.success
     assert (success.path, success.lines_added, success.lines_removed) == (path, 3, 0)
     assert (success.before_full_file_content, success.after_full_file_content) == ("", after)
@@ -792,7 +812,8 @@ def test_parallel_round_completes_out_of_order(env, tmp_path):
     ]
     executor = _SlowReads(ws, {"a.txt": 0.4, "b.txt": 0.0, "c.txt": 0.2})
     turn = one_round(env, ws, calls, files={"a.txt": "A\n", "b.txt": "B\n", "c.txt": "C\n"}, executor=executor,
-                     ack_delay_s=0.1)
+                     ack_delay_s=0.1, reasoning="Check the shell and the three files.", text="Looking.")
+    assert turn.result.text() == "Looking." + REPLY
     # all four dispatched at once (before any result), each on its own exec id, in call order
     down = turn.down
     execs = [i for i, f in enumerate(down) if f.kind == "exec_server_message"]
@@ -815,7 +836,14 @@ def test_parallel_round_completes_out_of_order(env, tmp_path):
     # one staged + one settled checkpoint for the round; the provider's 2nd request (after settled) folds
     # the round into ONE assistant with the 4 calls in index order, then the results in completion order
     check_round(env, turn, calls, [("call_2", "     1|B"), ("call_3", "     1|C"), ("call_1", "     1|A"),
-                                   ("call_0", "Exit code: 0\nslow\n")])
+                                   ("call_0", "Exit code: 0\nslow\n")],
+                text="Looking.", reasoning="Check the shell and the three files.")
+    # the round's text and thinking are in the staged assistant and the settled assistant root, once
+    pending = json.loads(turn.result.checkpoints()[1].pending_tool_calls[0])
+    assert pending["content"][:2] == [{"type": "reasoning", "text": "Check the shell and the three files."},
+                                      {"type": "text", "text": "Looking."}]
+    steps = turn_steps(turn, turn.result.checkpoints()[2])
+    assert [s.WhichOneof("message") for s in steps] == ["thinking_message", "assistant_message"] + ["tool_call"] * 4
     assert len(turn.requests[1].json["messages"]) == len(turn.requests[0].json["messages"]) + 5
 
 
