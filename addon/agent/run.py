@@ -241,6 +241,9 @@ class Run:
             self._deliver(message)
         except RunError as e:
             self.fail(e)
+        except Exception as e:  # a bug must end this run with a proper error, not the append hook
+            log.exception("[%s] internal error handling a client message", self.request_id)
+            self.fail(InternalError(f"internal error: {type(e).__name__}: {e}"))
 
     def _deliver(self, message: apb.AgentClientMessage) -> None:
         kind = message.WhichOneof("message")
