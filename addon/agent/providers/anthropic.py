@@ -42,7 +42,7 @@ import json
 
 from ..errors import ConfigError, ProviderError
 from ..transcript import AssistantItem, ImagePart, ToolResultItem, UserItem
-from . import failures
+from . import common, failures
 from .base import (
     Done, HttpRequest, ModelEvent, ModelRequest, ProviderProtocolError, SseEvent, Start, TextDelta, TextEnd,
     TextStart, ThinkingDelta, ThinkingEnd, ThinkingStart, ToolCallDelta, ToolCallEnd, ToolCallStart, Usage,
@@ -147,12 +147,9 @@ class Fold:
         self._stop_reason: str | None = None
 
     def feed(self, event: SseEvent) -> list[ModelEvent]:
-        if not event.data.strip():
+        payload = common.event_json(self._provider, event.data)
+        if payload is None:
             return []
-        try:
-            payload = json.loads(event.data)
-        except ValueError as e:
-            raise ProviderProtocolError(f"{self._provider}: event is not JSON: {event.data[:200]!r}") from e
         etype = payload.get("type") or event.event
         if self._done:
             raise ProviderProtocolError(f"{self._provider}: {etype} after message_stop")

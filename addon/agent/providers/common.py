@@ -78,3 +78,20 @@ def reject_knob(route: ModelRoute, knob: str, instead: str) -> None:
         f"Model '{route.display_name}' (provider '{route.provider}', kind {route.kind}): "
         f"{knob} is not supported by this provider kind; {instead}."
     )
+
+
+def event_json(provider: str, data: str) -> dict | None:
+    """One SSE event's JSON payload (None for an empty keep-alive event); not JSON is a provider
+    protocol error."""
+    from .base import ProviderProtocolError
+
+    if not data.strip():
+        return None
+    try:
+        payload = json.loads(data)
+    except ValueError as e:
+        raise ProviderProtocolError(f"{provider}: event is not JSON: {data[:200]!r}") from e
+    if not isinstance(payload, dict):
+        raise ProviderProtocolError(f"{provider}: event is not a JSON object: {data[:200]!r}")
+    return payload
+

@@ -30,13 +30,12 @@ treated as `tool_use` (some compatible servers report it so); `length` -> Done("
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Literal
 
 from ..errors import ProviderError
 from ..transcript import AssistantItem, ImagePart, TextPart, ToolResultItem, UserItem
-from . import failures
+from . import common, failures
 from .base import (
     Done, HttpRequest, ModelEvent, ModelRequest, ProviderProtocolError, SseEvent, Start, TextDelta, TextEnd,
     TextStart, ThinkingDelta, ThinkingEnd, ThinkingStart, ToolCallDelta, ToolCallEnd, ToolCallStart, Usage,
@@ -145,12 +144,7 @@ class Fold:
             return []
         if data == "[DONE]":
             return self._on_done()
-        try:
-            chunk = json.loads(data)
-        except ValueError as e:
-            raise ProviderProtocolError(f"{self._provider}: chunk is not JSON: {data[:200]!r}") from e
-        if not isinstance(chunk, dict):
-            raise ProviderProtocolError(f"{self._provider}: chunk is not a JSON object")
+        chunk = common.event_json(self._provider, data)
         if chunk.get("error"):
             raise failures.stream_error(self._provider, chunk)
         out: list[ModelEvent] = []

@@ -37,11 +37,10 @@ Other event types (content_part.*, *.done echoes, annotations) carry nothing new
 
 from __future__ import annotations
 
-import json
 
 from ..errors import InternalError, ProviderError
 from ..transcript import AssistantItem, ImagePart, ToolResultItem, UserItem
-from . import failures
+from . import common, failures
 from .base import (
     Done, HttpRequest, ModelEvent, ModelRequest, ProviderProtocolError, SseEvent, Start, TextDelta, TextEnd,
     TextStart, ThinkingDelta, ThinkingEnd, ThinkingStart, ToolCallDelta, ToolCallEnd, ToolCallStart, Usage,
@@ -148,12 +147,9 @@ class Fold:
         self._refusal: list[str] = []
 
     def feed(self, event: SseEvent) -> list[ModelEvent]:
-        if not event.data.strip():
+        payload = common.event_json(self._provider, event.data)
+        if payload is None:
             return []
-        try:
-            payload = json.loads(event.data)
-        except ValueError as e:
-            raise ProviderProtocolError(f"{self._provider}: event is not JSON: {event.data[:200]!r}") from e
         etype = payload.get("type") or event.event
         if self._done:
             raise ProviderProtocolError(f"{self._provider}: {etype} after the response finished")
