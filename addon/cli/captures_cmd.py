@@ -80,16 +80,24 @@ def _names(scenarios, names: list[str]) -> list[str]:
     return names or list(scenarios.SCENARIOS)
 
 
-def run_regen(args: argparse.Namespace) -> int:
-    from . import capture as cap
-
+def _selection(args: argparse.Namespace):
+    """(scenarios module, scenario names, captures folder) for regen/check, or an exit code."""
     try:
         repo = find_repo(args.repo)
         scenarios = load_scenarios(repo)
         names = _names(scenarios, args.names)
     except (FileNotFoundError, KeyError) as e:
         return fail(str(e).strip("'\""))
-    folder = args.dir or repo / "captures" / "scenarios"
+    return scenarios, names, args.dir or repo / "captures" / "scenarios"
+
+
+def run_regen(args: argparse.Namespace) -> int:
+    from . import capture as cap
+
+    selection = _selection(args)
+    if isinstance(selection, int):
+        return selection
+    scenarios, names, folder = selection
     out = console()
     out.print(f"running {len(names)} scenario(s) through mitmdump ...")
     captures = scenarios.run_scenarios(names)
@@ -116,13 +124,10 @@ def run_regen(args: argparse.Namespace) -> int:
 def run_check(args: argparse.Namespace) -> int:
     from . import capture as cap
 
-    try:
-        repo = find_repo(args.repo)
-        scenarios = load_scenarios(repo)
-        names = _names(scenarios, args.names)
-    except (FileNotFoundError, KeyError) as e:
-        return fail(str(e).strip("'\""))
-    folder = args.dir or repo / "captures" / "scenarios"
+    selection = _selection(args)
+    if isinstance(selection, int):
+        return selection
+    scenarios, names, folder = selection
     out = console()
     if args.fresh:
         fresh = {n: cap.load(args.fresh / f"{n}.jsonl") for n in names if (args.fresh / f"{n}.jsonl").exists()}
