@@ -377,3 +377,114 @@ def test_conversation_begun_on_a_cursor_model_continues_on_ours(home, provider):
         assert cp.turns[0] == blob(turn) and len(cp.turns) == 2
     finally:
         proxy.stop()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_shutdown_aborts_running_execs_before_the_unavailable_end(home, provider, tmp_path, sig):
+    from byok.cli.executor import LocalExecutor
+
+    proxy, ids = start_proxy(home, provider)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    provider.enqueue("openai_chat", CHAT.tool_calls([("call_sleep", "Shell", json.dumps(
+        {"command": "sleep 30", "block_until_ms": 60000}))]))
+    try:
+        async def scenario():
+            executor = LocalExecutor(workspace)
+            async with proxy.client(on_exec=executor.on_exec) as client:
+                async def on_frame(frame):
+                    executor.on_frame(frame)
+                    if frame.kind == "exec_server_message":
+                        await asyncio.sleep(0.3)  # the shell is running now
+                        proxy.process.send_signal(sig)
+
+                result = await client.run(user_turn_request("sleep", model_id=ids["openai_chat"],
+                                                            workspace=str(workspace)), on_frame=on_frame)
+                await executor.aclose()
+                return result
+
+        result = run(scenario())
+        kinds = result.kinds()
+        assert kinds[-2:] == ["exec_server_control_message", "end_stream"]
+        abort = result.down("exec_server_control_message")[0].message.exec_server_control_message.abort
+        exec_id = result.down("exec_server_message")[0].message.exec_server_message.id
+        assert abort.id == exec_id
+        assert result.end_error.code is connect.Code.UNAVAILABLE
+        assert proxy.process.wait(15) == 0
+    finally:
+        proxy.stop()
+
+
+def test_server_heartbeats_while_the_provider_is_silent(home, provider):
+    proxy, ids = start_proxy(home, provider, byok_heartbeat_s="0.5")
+    items = CHAT.text_reply("after a pause").items
+    provider.enqueue("openai_chat", Sse([Ev(items[0], delay_s=2.0), *items[1:]]))
+    try:
+        async def scenario():
+            async with proxy.client() as client:
+                return await client.run(user_turn_request("think long", model_id=ids["openai_chat"]))
+
+        result = run(scenario())
+        assert result.end_error is None
+        kinds = result.kinds(skip_heartbeats=False)
+        first_text = kinds.index("interaction_update.text_delta")
+        initial = kinds.index("conversation_checkpoint_update")
+        waiting = kinds[initial:first_text].count("interaction_update.heartbeat")
+        assert waiting >= 2  # ~4 expected over 2 s at 0.5 s; never an idle stream
+    finally:
+        proxy.stop()
+
+
+def test_resume_after_a_final_answer_gets_a_transient_continuation(home, provider):
+    proxy, ids = start_proxy(home, provider)
+    model = ids["openai_chat"]
+    provider.enqueue("openai_chat", CHAT.text_reply("done."), CHAT.text_reply("nothing more to do."))
+    try:
+        async def scenario():
+            async with proxy.client() as client:
+                req = user_turn_request("do it", model_id=model)
+                first = await client.run(req)
+                resume = apb.AgentRunRequest(conversation_id=req.conversation_id, requested_model=req.requested_model)
+                resume.conversation_state.CopyFrom(first.checkpoints()[-1])
+                resume.action.resume_action.SetInParent()
+                return req, await client.run(resume)
+
+        req, resumed = run(scenario())
+        assert resumed.end_error is None and resumed.text() == "nothing more to do."
+        sent = messages_of(provider.requests[-1])
+        assert [m["role"] for m in sent[-2:]] == ["assistant", "user"]
+        assert "resumed" in json.dumps(sent[-1])
+        db = sqlite3.connect(proxy.db)
+        stored = [json.loads(p)["kind"] for (p,) in db.execute(
+            "SELECT payload FROM messages WHERE conversation_id = ? ORDER BY id", [req.conversation_id])]
+        assert stored == ["runtime", "assistant", "assistant"]  # the continuation prompt was never stored
+    finally:
+        proxy.stop()
+
+
+def test_other_mid_run_actions_are_refused_without_harm(home, provider):
+    proxy, ids = start_proxy(home, provider)
+    slow = Sse([Ev(item, delay_s=0.2) for item in CHAT.text_reply("uninterrupted answer", pieces=4).items])
+    provider.enqueue("openai_chat", slow)
+    try:
+        async def scenario():
+            async with proxy.client() as client:
+                request_id = "req-mid-run-action"
+
+                async def on_frame(frame):
+                    if frame.kind == "interaction_update.text_delta" and not on_frame.sent:
+                        on_frame.sent = True
+                        action = apb.ConversationAction(user_message_action=apb.UserMessageAction(
+                            user_message=apb.UserMessage(text="queued follow-up", message_id="late")))
+                        client.append_soon(request_id, apb.AgentClientMessage(conversation_action=action))
+
+                on_frame.sent = False
+                return await client.run(user_turn_request("answer", model_id=ids["openai_chat"]),
+                                        request_id=request_id, on_frame=on_frame)
+
+        result = run(scenario())
+        assert result.end_error is None and result.text() == "uninterrupted answer"
+        assert "refusing mid-run conversation action user_message_action" in proxy.log()
+        assert "queued follow-up" not in json.dumps(messages_of(provider.requests[-1]))
+    finally:
+        proxy.stop()
