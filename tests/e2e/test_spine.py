@@ -425,3 +425,19 @@ def test_model_lists_gain_the_user_models_and_keep_upstream_bytes(env, upstream)
     assert names == ["claude-4.5-sonnet", model]
     assert u.content.startswith(usable)
     assert [m.model_name for m in spb.GetUsableModelsResponse.FromString(u.content).models] == ["gpt-5", model]
+
+
+def test_a_mode_without_assets_is_a_config_error_naming_it(env, provider):
+    proxy, model = env
+    calls = len(provider.requests)
+
+    async def scenario():
+        async with proxy.client() as client:
+            return await client.run(user_turn_request("debug this", model_id=model, mode=apb.AGENT_MODE_DEBUG))
+
+    result = run(scenario())
+    assert result.end_error.code is connect.Code.FAILED_PRECONDITION
+    assert "debug" in result.end_error.message
+    details = spb.ErrorDetails.FromString(result.end_error.details[0].value)
+    assert details.details.should_show_immediate_error and not details.details.is_retryable
+    assert len(provider.requests) == calls  # no provider call was made
