@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -39,6 +39,7 @@ from .providers.base import (
 )
 from .providers.io import CallMetrics, stream_http
 from .run import Run
+from .runtime import requested_model_id
 from .transcript import AssistantItem, TextPart, ToolCall, UserItem
 
 log = logging.getLogger("byok.loop")
@@ -55,13 +56,13 @@ class Services:
     """What a turn needs from the process; built once by the backend addon."""
 
     store: AsyncStore
-    lookup_model: callable
+    lookup_model: Callable[[str], ModelRoute | None]
     prompts: PromptAssets
     http: httpx.AsyncClient
     clock: Clock = field(default_factory=Clock)
     ids: Ids = field(default_factory=Ids)
     verbose_llm: bool = False
-    claim_conversation: callable = lambda run, conversation_id: None
+    claim_conversation: Callable[[Run, str], None] = lambda run, conversation_id: None
 
 
 def _usage_dict(usage: Usage | None) -> dict | None:
@@ -148,8 +149,6 @@ class Turn:
         await restored_round(self, proj.parse_pending(pending[0])).run()
 
     def _route(self) -> ModelRoute:
-        from .runtime import requested_model_id
-
         route = self.svc.lookup_model(requested_model_id(self.request))
         if route is None:  # the providers file changed between routing and now
             raise ConfigError(f"model {requested_model_id(self.request)!r} is no longer in the providers file")
