@@ -358,7 +358,8 @@ class Recorder:
             if self._pending and self.store is not None:
                 batch, self._pending, self._pending_bytes = self._pending, [], 0
                 try:
-                    await self.store.call(self.writer.write, batch)
+                    # shielded: cancelling the flusher at shutdown must not drop a batch already taken
+                    await asyncio.shield(self.store.call(self.writer.write, batch))
                 except Exception:
                     log.exception("could not record %d frames", len(batch))
             if self.dropped:
