@@ -65,6 +65,17 @@ class Captured:
     """Set when `data` is a whole BidiAppend body still to decode (request id, message)."""
 
 
+CLIENT_VERSION_HEADERS = ("x-cursor-client-version", "x-client-version")
+
+
+def client_info(request_id: str, flow: http.HTTPFlow) -> dict:
+    """The client's version (Cursor sends it as a header) and user agent; never auth headers."""
+    headers = flow.request.headers
+    version = next((headers[h] for h in CLIENT_VERSION_HEADERS if h in headers), None)
+    return {"request_id": request_id, "client_version": version, "user_agent": headers.get("user-agent"),
+            "ts_ms": int((flow.request.timestamp_start or time.time()) * 1000)}
+
+
 def server_kind(payload: bytes, flags: int) -> str:
     """The kind of a down frame, named like the local run's frames (`interaction_update.text_delta`)."""
     if flags & connect.FLAG_END_STREAM:
@@ -260,6 +271,7 @@ class Recorder:
         self.max_pending_bytes = max_pending_bytes
         self.dropped = 0
         self._pending: list[Captured] = []
+        self._clients: list[dict] = []
         self._pending_bytes = 0
         self._lock = asyncio.Lock()
         self._task: asyncio.Task | None = None
@@ -299,6 +311,9 @@ class Recorder:
         request_id = None
         if self.enabled and flow.metadata.get("byok") in PASSED_ON:
             request_id = self._run_sse_request_id(flow)
+        client_request = request_id or flow.metadata.get("byok_request_id")
+        if self.enabled and client_request:
+            self._clients.append(client_info(client_request, flow))
         try:
             tee = StreamTee(self, flow, request_id)
         except ValueError as e:
@@ -355,6 +370,12 @@ class Recorder:
     async def flush(self) -> None:
         """Hand everything captured so far to the store thread (one transaction per batch)."""
         async with self._lock:
+            if self._clients and self.store is not None:
+                clients, self._clients = self._clients, []
+                try:
+                    await asyncio.shield(self.store.record_clients(clients))
+                except Exception:
+                    log.exception("could not record %d RunSSE clients", len(clients))
             if self._pending and self.store is not None:
                 batch, self._pending, self._pending_bytes = self._pending, [], 0
                 try:

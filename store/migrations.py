@@ -175,5 +175,21 @@ def m001_initial(db: Database) -> None:
     )
 
 
+@migrations()
+def m002_rpc_clients(db: Database) -> None:
+    """Who sent each RunSSE: the client's version, for captures and traces."""
+    _run(
+        db,
+        """
+        CREATE TABLE rpc_clients (
+            request_id TEXT PRIMARY KEY,
+            client_version TEXT,
+            user_agent TEXT,
+            ts_ms INTEGER NOT NULL
+        )
+        """,
+    )
+
+
 def apply(db: Database, *, stop_before: str | None = None) -> None:
     migrations.apply(db, stop_before=stop_before)

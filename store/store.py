@@ -488,6 +488,14 @@ class Store:
     def finish_llm_call(self, call_id: int, updates: dict) -> None:
         self.db.table("llm_calls").update(call_id, updates)
 
+    def record_clients(self, rows: Sequence[dict]) -> None:
+        """rows: {request_id, client_version, user_agent, ts_ms}; the first sighting of a request wins."""
+        with self.db.atomic():
+            for row in rows:
+                self.db.execute(
+                    "INSERT OR IGNORE INTO rpc_clients(request_id, client_version, user_agent, ts_ms)"
+                    " VALUES (:request_id, :client_version, :user_agent, :ts_ms)", row)
+
     def record_frames(self, rows: Sequence[dict]) -> None:
         if rows:
             with self.db.atomic():

@@ -283,12 +283,25 @@ def export(conn: sqlite3.Connection, ident: str, *, redactor: Redactor | None = 
     records: list[dict] = []
     for index, request_id in enumerate(request_ids):
         records += _run_records(conn, index, request_id, redactor)
+    if cursor_version is None:
+        cursor_version = recorded_client_version(conn, request_ids)
     header = {
         "t": "capture", "format": FORMAT, "name": name or ident, "source": source,
         "cursor_version": cursor_version, "conversation_id": conversation_id, "request_ids": request_ids,
         "redactions": redactor.describe(),
     }
     return Capture(header, records)
+
+
+def recorded_client_version(conn: sqlite3.Connection, request_ids: list[str]) -> str | None:
+    """The Cursor version the proxy saw on these runs' RunSSE requests, if it sent one."""
+    if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'rpc_clients'").fetchone():
+        return None  # a database from before the rpc_clients migration
+    for request_id in request_ids:
+        row = conn.execute("SELECT client_version FROM rpc_clients WHERE request_id = ?", [request_id]).fetchone()
+        if row and row[0]:
+            return row[0]
+    return None
 
 
 def _run_records(conn: sqlite3.Connection, index: int, request_id: str, redactor: Redactor) -> list[dict]:

@@ -93,6 +93,8 @@ class CursorClient:
     blobs: dict[bytes, bytes] = field(default_factory=dict)
     on_exec: ExecHandler | None = None
     on_query: QueryHandler | None = None
+    client_version: str | None = None
+    """Sent as `x-cursor-client-version` on RunSSE, as the IDE does."""
     ack_delay_s: float = 0.0
     ack_blobs: bool = True
     corrupt_gets: bool = False
@@ -178,10 +180,10 @@ class CursorClient:
         decoder = connect.EnvelopeDecoder()
         end_error: connect.ConnectError | None = None
         ended = False
-        async with self._http.stream(
-            "POST", self.base_url + RUN_SSE, content=body,
-            headers={"content-type": "application/connect+proto", "connect-protocol-version": "1"},
-        ) as response:
+        headers = {"content-type": "application/connect+proto", "connect-protocol-version": "1"}
+        if self.client_version:
+            headers["x-cursor-client-version"] = self.client_version
+        async with self._http.stream("POST", self.base_url + RUN_SSE, content=body, headers=headers) as response:
             status = response.status_code
             async for chunk in response.aiter_raw():
                 for frame in decoder.feed(chunk):

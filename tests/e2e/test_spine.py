@@ -441,3 +441,27 @@ def test_a_mode_without_assets_is_a_config_error_naming_it(env, provider):
     details = spb.ErrorDetails.FromString(result.end_error.details[0].value)
     assert details.details.should_show_immediate_error and not details.details.is_retryable
     assert len(provider.requests) == calls  # no provider call was made
+
+
+def test_the_client_version_is_recorded_and_exported(env, provider):
+    proxy, model = env
+    provider.enqueue("openai_chat", CHAT.text_reply("versioned"))
+
+    async def scenario():
+        async with proxy.client(client_version="3.16.17") as client:
+            return await client.run(user_turn_request("which version?", model_id=model))
+
+    result = run(scenario())
+    assert result.end_error is None
+    import sqlite3
+    from byok.cli import capture
+
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:  # the recorder writes in batches
+        db = sqlite3.connect(proxy.db)
+        row = db.execute("SELECT client_version FROM rpc_clients WHERE request_id = ?", [result.request_id]).fetchone()
+        if row:
+            break
+        time.sleep(0.2)
+    assert row == ("3.16.17",)
+    assert capture.export(db, result.request_id).header["cursor_version"] == "3.16.17"
