@@ -259,14 +259,26 @@ class Run:
                 reason = message.conversation_action.cancel_action.reason or "canceled by the client"
                 self.cancel(RunCanceled(reason))
             else:
-                log.warning("[%s] refusing mid-run conversation action %s: this run is still in progress",
-                            self.request_id, action)
+                self._refuse_mid_run(message.conversation_action, action)
         elif kind == "run_request":
             log.warning("[%s] ignoring a second run_request on a running request", self.request_id)
         elif kind in ("client_heartbeat", "prewarm_request", None):
             pass
         else:
             raise ProtocolError(f"unexpected client message {kind}")
+
+    def _refuse_mid_run(self, action_message: apb.ConversationAction, action: str | None) -> None:
+        """PROTOCOL Q11: a run takes no new input while it runs. The refusal is logged, and for the
+        actions Cursor tracks as injections the client is told (so the message is not lost silently)."""
+        reason = f"cursor-byok does not accept {action} while a run is in progress; send it again when it ends"
+        log.warning("[%s] refusing mid-run conversation action %s", self.request_id, action)
+        injection_id = None
+        if action == "inject_context_action":
+            injection_id = action_message.inject_context_action.injection_id
+        elif action == "user_message_action":
+            injection_id = f"user-message:{action_message.user_message_action.user_message.message_id}"
+        if injection_id:
+            self.emit(updates.injection_rejected(injection_id, reason))
 
     def _on_kv(self, msg: apb.KvClientMessage) -> None:
         pending = self._kv.get(msg.id)

@@ -485,6 +485,10 @@ def test_other_mid_run_actions_are_refused_without_harm(home, provider):
         result = run(scenario())
         assert result.end_error is None and result.text() == "uninterrupted answer"
         assert "refusing mid-run conversation action user_message_action" in proxy.log()
+        [update] = [f.message.interaction_update.context_injection_state
+                    for f in result.down("interaction_update.context_injection_state")]
+        assert update.injection_id == "user-message:late" and update.state.WhichOneof("state") == "rejected"
+        assert "while a run is in progress" in update.state.rejected.reason
         assert "queued follow-up" not in json.dumps(messages_of(provider.requests[-1]))
     finally:
         proxy.stop()

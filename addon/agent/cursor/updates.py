@@ -88,5 +88,11 @@ def tool_call_completed(call_id: str, model_call_id: str, tool_call: apb.ToolCal
         call_id=call_id, tool_call=tool_call, model_call_id=model_call_id))
 
 
+def injection_rejected(injection_id: str, reason: str) -> apb.AgentServerMessage:
+    return _update(context_injection_state=apb.ContextInjectionStateUpdate(
+        injection_id=injection_id,
+        state=apb.ContextInjectionState(rejected=apb.ContextInjectionRejected(reason=reason))))
+
+
 def interaction(update: apb.InteractionUpdate) -> apb.AgentServerMessage:
     return A(interaction_update=update)
