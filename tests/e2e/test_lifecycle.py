@@ -8,6 +8,7 @@ import json
 import signal
 import sqlite3
 import time
+from dataclasses import dataclass
 
 import pytest
 
@@ -39,6 +40,30 @@ def messages_of(provider_request) -> list:
     return provider_request.json["messages"]
 
 
+@dataclass
+class Turn:
+    request: apb.AgentRunRequest
+    result: object
+    blobs: dict
+    gets: list
+
+
+def turn(proxy, model: str, text: str, *, after: Turn | None = None, **client_options) -> Turn:
+    """One user turn; `after` continues that turn's conversation from its last checkpoint, with the
+    client's blob store as it was then (the client survives proxy restarts)."""
+    async def scenario():
+        blobs = dict(after.blobs) if after else {}
+        async with proxy.client(blobs=blobs, **client_options) as client:
+            request = user_turn_request(
+                text, model_id=model,
+                conversation_id=after.request.conversation_id if after else None,
+                state=after.result.checkpoints()[-1] if after else None)
+            result = await client.run(request)
+            return Turn(request, result, dict(client.blobs), list(client.get_log))
+
+    return run(scenario())
+
+
 def test_shutdown_ends_open_streams_with_unavailable(home, provider):
     proxy, ids = start_proxy(home, provider)
     provider.enqueue("openai_chat", Hang(60))
@@ -67,29 +92,17 @@ def test_kill9_after_completed_turn_then_continue(home, provider):
     model = ids["openai_chat"]
     provider.enqueue("openai_chat", CHAT.text_reply("first"), CHAT.text_reply("second"))
     try:
-        async def turn1():
-            async with proxy.client() as client:
-                req = user_turn_request("one", model_id=model)
-                return req, await client.run(req), dict(client.blobs)
-
-        req1, first, blobs = run(turn1())
-        assert first.end_error is None
+        first = turn(proxy, model, "one")
+        assert first.result.end_error is None
         proxy.kill9()
         proxy.start()
-
-        async def turn2():
-            async with proxy.client(blobs=blobs) as client:
-                req = user_turn_request("two", model_id=model, conversation_id=req1.conversation_id,
-                                        state=first.checkpoints()[-1])
-                return await client.run(req), client.get_log
-
-        second, gets = run(turn2())
-        assert second.end_error is None and not gets  # known checkpoint: nothing to import
+        second = turn(proxy, model, "two", after=first)
+        assert second.result.end_error is None and not second.gets  # known checkpoint: nothing to import
         m1, m2 = messages_of(provider.requests[-2]), messages_of(provider.requests[-1])
         assert m2[: len(m1)] == m1 and len(m2) == len(m1) + 2
         db = sqlite3.connect(proxy.db)
         counts = db.execute("SELECT role, count(*) FROM messages WHERE conversation_id = ? GROUP BY role",
-                            [req1.conversation_id]).fetchall()
+                            [first.request.conversation_id]).fetchall()
         assert dict(counts) == {"user": 2, "assistant": 2}
     finally:
         proxy.stop()
@@ -100,30 +113,18 @@ def test_lost_database_continues_from_the_client_checkpoint(home, provider):
     model = ids["openai_chat"]
     provider.enqueue("openai_chat", CHAT.text_reply("remembered"), CHAT.text_reply("still here"))
     try:
-        async def turn1():
-            async with proxy.client() as client:
-                req = user_turn_request("remember me", model_id=model)
-                return req, await client.run(req), dict(client.blobs)
-
-        req1, first, blobs = run(turn1())
+        first = turn(proxy, model, "remember me")
         proxy.stop()
         for suffix in ("", "-wal", "-shm"):
             (proxy.db.parent / (proxy.db.name + suffix)).unlink(missing_ok=True)
         proxy.start()
-
-        async def turn2():
-            async with proxy.client(blobs=blobs) as client:
-                req = user_turn_request("and now?", model_id=model, conversation_id=req1.conversation_id,
-                                        state=first.checkpoints()[-1])
-                return await client.run(req), list(client.get_log)
-
-        second, gets = run(turn2())
-        assert second.end_error is None, second.end_error
-        state = first.checkpoints()[-1]
-        assert set(state.root_prompt_messages_json) <= set(gets)  # roots fetched by KV GET
+        second = turn(proxy, model, "and now?", after=first)
+        assert second.result.end_error is None, second.result.end_error
+        state = first.result.checkpoints()[-1]
+        assert set(state.root_prompt_messages_json) <= set(second.gets)  # roots fetched by KV GET
         m1, m2 = messages_of(provider.requests[-2]), messages_of(provider.requests[-1])
         assert m2[: len(m1)] == m1 and m2[len(m1)]["content"] == "remembered"
-        cp = second.checkpoints()[-1]
+        cp = second.result.checkpoints()[-1]
         assert list(cp.root_prompt_messages_json[: len(state.root_prompt_messages_json)]) == list(state.root_prompt_messages_json)
         assert cp.turns[0] == state.turns[0] and len(cp.turns) == 2
     finally:
@@ -135,24 +136,12 @@ def test_kv_get_hash_mismatch_is_invalid_argument_and_stores_nothing(home, provi
     model = ids["openai_chat"]
     provider.enqueue("openai_chat", CHAT.text_reply("once"))
     try:
-        async def turn1():
-            async with proxy.client() as client:
-                req = user_turn_request("x", model_id=model)
-                return req, await client.run(req), dict(client.blobs)
-
-        req1, first, blobs = run(turn1())
+        first = turn(proxy, model, "x")
         proxy.stop()
         proxy.db.unlink()
         proxy.start()
         calls_before = len(provider.requests)
-
-        async def turn2():
-            async with proxy.client(blobs=blobs, corrupt_gets=True) as client:
-                req = user_turn_request("y", model_id=model, conversation_id=req1.conversation_id,
-                                        state=first.checkpoints()[-1])
-                return await client.run(req)
-
-        second = run(turn2())
+        second = turn(proxy, model, "y", after=first, corrupt_gets=True).result
         assert second.end_error.code is connect.Code.INVALID_ARGUMENT
         assert "Blob hash mismatch" in second.end_error.message
         assert len(provider.requests) == calls_before
