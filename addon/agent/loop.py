@@ -31,6 +31,7 @@ from .clock import Clock, Ids
 from .config import ModelRoute, redact
 from .cursor import context as request_context
 from .cursor import projection as proj
+from .cursor import request_parts
 from .cursor import updates
 from .errors import AlreadyExists, ConfigError, ProtocolError, ProviderError, RunCanceled, RunError
 from .providers import adapter_for
@@ -122,6 +123,7 @@ class Turn:
         from . import tool_round
 
         self.tool_context = tool_round.tool_context(request, self.conversation_id, self.mode.name)
+        self.prefetched = request_parts.prefetched(request)
         self.offered_tools = _offered_tools(self.mode)
         self.execs = tool_round.new_exec_table(run)
         run.execs = self.execs
@@ -262,14 +264,14 @@ class Turn:
         if existing is not None:
             payload = existing.payload  # replayed exactly: never re-rendered, never re-timed
         else:
-            text = self._render_runtime(action)
+            parts = await self._runtime_parts(action)
             state_blob = self.base_state_bytes
             user_message = apb.UserMessage()
             user_message.CopyFrom(action.user_message)
             user_message.conversation_state_blob_id = proj.sha256(state_blob)
             um_blob = user_message.SerializeToString(deterministic=True)
             payload = history.runtime_user_payload(
-                [TextPart(text)],
+                parts,
                 wire_id=f"runtime:{event_id}",
                 turn={
                     "request_id": run.request_id,
@@ -293,10 +295,24 @@ class Turn:
         # Hashing a long history is real work: keep it off the event loop.
         return await asyncio.to_thread(proj.project, messages, self.ctx, blobs=self.blobs, pending=pending)
 
-    def _render_runtime(self, action: apb.UserMessageAction, parts=None) -> str:
-        return request_context.runtime_text(
-            self.mode, action.request_context, parts, action.user_message, self.svc.clock.now()
-        )
+    async def _runtime_parts(self, action: apb.UserMessageAction) -> list:
+        """The one runtime user message: mode reminder, request context (its blob-referenced parts
+        fetched and verified), time and query; attached images as image parts."""
+        refs = self.request.action.request_context_parts
+        context = action.request_context
+        if not action.HasField("request_context") and refs.HasField("dynamic_context"):
+            context = refs.dynamic_context
+        parts = await request_parts.context_parts(self, refs) if self.request.action.HasField(
+            "request_context_parts") else None
+        text = request_context.runtime_text(self.mode, context, parts, action.user_message, self.svc.clock.now())
+        images = await request_parts.image_parts(self, action.user_message)
+        if images and not self.route.supports_images:
+            log.info("[%s] %d attached image(s) not sent: %s is configured without image input",
+                     self.run.request_id, len(images), self.route.public_id)
+            text += (f"\n\n<system_reminder>The user attached {len(images)} image(s); this model is "
+                     "configured without image input, so they are not shown.</system_reminder>")
+            images = []
+        return [TextPart(text), *images]
 
     # ---- history writes and checkpoints ----------------------------------------------------------
 

@@ -465,3 +465,45 @@ def test_the_client_version_is_recorded_and_exported(env, provider):
         time.sleep(0.2)
     assert row == ("3.16.17",)
     assert capture.export(db, result.request_id).header["cursor_version"] == "3.16.17"
+
+
+def test_request_context_parts_are_fetched_checked_and_rendered(env, provider):
+    """Rules, skills and MCP parts come as blob references (ids + byte lengths): one comes
+    pre-fetched, the others by KV GET; all reach the runtime message; a wrong length ends the run."""
+    import hashlib
+
+    proxy, model = env
+    rules = apb.RequestContextRulesPart(rules=[apb.CursorRule(full_path=".cursor/rules/style.mdc",
+                                                              content="Always answer in haiku.")]).SerializeToString()
+    skills = apb.RequestContextSkillsPart(agent_skills=[apb.AgentSkill(
+        full_path="skills/deploy/SKILL.md", description="Deploys the app", content="run make deploy")]).SerializeToString()
+    empty = b""  # an empty subagents part is the empty-string address
+    ids = {name: hashlib.sha256(data).digest() for name, data in
+           (("rules", rules), ("skills", skills), ("subagents", empty))}
+
+    def request(rules_length=len(rules)):
+        req = user_turn_request("use my rules", model_id=model)
+        refs = req.action.request_context_parts
+        refs.rules_blob_id, refs.rules_byte_length = ids["rules"], rules_length
+        refs.skills_blob_id, refs.skills_byte_length = ids["skills"], len(skills)
+        refs.subagents_blob_id, refs.subagents_byte_length = ids["subagents"], 0
+        req.pre_fetched_blobs.add(id=ids["skills"], value=skills)
+        return req
+
+    provider.enqueue("openai_chat", CHAT.text_reply("rules read"))
+
+    async def scenario(req):
+        async with proxy.client(blobs={ids["rules"]: rules}) as client:
+            return await client.run(req), list(client.get_log)
+
+    result, gets = run(scenario(request()))
+    assert result.end_error is None, result.end_error
+    assert gets == [ids["rules"]]  # skills came pre-fetched, the empty part needs no read
+    runtime = provider.requests[-1].json["messages"][1]["content"]
+    assert "Always answer in haiku." in runtime and "<rules>" in runtime
+    assert "Deploys the app" in runtime
+    calls = len(provider.requests)
+    bad, _ = run(scenario(request(rules_length=len(rules) + 1)))
+    assert bad.end_error.code is connect.Code.INVALID_ARGUMENT
+    assert f"expected {len(rules) + 1}" in bad.end_error.message
+    assert len(provider.requests) == calls

@@ -608,6 +608,11 @@ def _sniff(data: bytes) -> str:
     return "application/octet-stream"
 
 
+def sniff_image_type(data: bytes) -> str:
+    """The image's MIME type from its first bytes (for images sent without one)."""
+    return _sniff(data)
+
+
 def selected_images(selected: apb.SelectedContext | None) -> tuple[SelectedImageRef, ...]:
     """The images the user attached, in order. Their uuid and local path are left out on purpose:
     they are private to the user's machine and mean nothing to the model."""
