@@ -15,6 +15,7 @@ COMMANDS = {
     "usage": "byok.cli.usage",
     "captures": "byok.cli.captures_cmd",
     "doctor": "byok.cli.doctor",
+    "gc": "byok.cli.gc",
 }
 
 
