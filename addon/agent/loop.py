@@ -3,22 +3,19 @@
     claim the conversation (a newer run fences off older ones)
     -> base revision = where the client's checkpoint says it is (or import it)
     -> append ONE runtime user message (exactly once), initial checkpoint
-    -> loop: provider call -> stream updates
+    -> loop: provider call (model_call.py) -> stream updates
          done(stop)     -> final assistant -> SET blobs, ACK barrier -> turn_ended
                            -> staged, settled, settled again -> (run ends with end-stream {})
-         done(tool_use) -> tool round (tools.py): staged checkpoint, dispatch, results,
+         done(tool_use) -> tool round (tool_round.py): staged checkpoint, dispatch, results,
                            settled checkpoint -> next provider call
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 
 import httpx
 
@@ -28,28 +25,20 @@ from byok.store import AsyncStore, BlobRef, NewMessage, RunExists, StaleRun, Sto
 
 from . import history
 from .clock import Clock, Ids
-from .config import ModelRoute, redact
+from .config import ModelRoute
 from .cursor import context as request_context
 from .cursor import projection as proj
 from .cursor import request_parts
 from .cursor import updates
-from .errors import AlreadyExists, ConfigError, ProtocolError, ProviderError, RunCanceled, RunError
-from .providers import adapter_for
-from .providers.base import (
-    Done, ModelCycle, ModelRequest, TextDelta, ThinkingDelta, ThinkingEnd, ThinkingStart, ToolCallStart, Usage,
-)
-from .providers.io import CallMetrics, stream_http
+from .errors import AlreadyExists, ConfigError, ProtocolError, RunCanceled, RunError
+from .model_call import CallResult, ModelCall
 from .run import Run
 from .runtime import requested_model_id
-from .transcript import AssistantItem, TextPart, ToolCall, UserItem
+from .transcript import TextPart
 
 log = logging.getLogger("byok.loop")
 
-USAGE_KEYS = updates.USAGE_FIELDS
-CONTINUE_PROMPT = (
-    "<system_reminder>The conversation was resumed after an interruption. Continue from where you "
-    "left off; if the task is complete, say so briefly.</system_reminder>"
-)
+
 
 
 @dataclass
@@ -64,28 +53,6 @@ class Services:
     ids: Ids = field(default_factory=Ids)
     verbose_llm: bool = False
     claim_conversation: Callable[[Run, str], None] = lambda run, conversation_id: None
-
-
-def _usage_dict(usage: Usage | None) -> dict | None:
-    if usage is None:
-        return None
-    return {k: getattr(usage, k) for k in USAGE_KEYS if getattr(usage, k) is not None}
-
-
-def add_usage(totals: dict, usage: Mapping | None) -> None:
-    for key, value in (usage or {}).items():
-        if value is not None:
-            totals[key] = totals.get(key, 0) + value
-
-
-@dataclass
-class CallResult:
-    item: AssistantItem
-    done: Done
-    usage: dict | None
-    thinking_ms: int | None
-    model_call_id: str
-    cards: object = None
 
 
 class Turn:
@@ -368,7 +335,8 @@ class Turn:
         from .tool_round import Round
 
         while True:
-            result = await self._model_call()
+            self.call_index += 1
+            result = await ModelCall(self, self.call_index)()
             if result.done.reason == "stop":
                 await self._finish_text(result)
                 return
@@ -400,126 +368,6 @@ class Turn:
         self.run.emit(updates.checkpoint(staged.state))
         self.run.emit(updates.checkpoint(settled.state))
         self.run.emit(updates.checkpoint(settled.state))
-
-    async def _model_call(self) -> CallResult:
-        self.call_index += 1
-        run, route = self.run, self.route
-        items = history.transcript(self.messages, self.blobs)
-        if items and isinstance(items[-1], AssistantItem) and not items[-1].tool_calls:
-            # A resumed history that ends with the model's answer: ask it to go on (never stored).
-            items = (*items, UserItem((TextPart(CONTINUE_PROMPT),), wire_id="runtime:continue", transient=True))
-        request = ModelRequest(route=route, system=self.system_prompt, items=items, tools=self.mode.tools)
-        adapter = adapter_for(route.kind)
-        model_call_id = self.svc.ids.new("model-call")
-        started = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-        llm_id = await self.svc.store.begin_llm_call({
-            "request_id": run.request_id, "conversation_id": self.conversation_id,
-            "call_index": self.call_index, "model_call_id": model_call_id, "provider": route.provider,
-            "provider_kind": route.kind, "model_public_id": route.public_id, "model": route.model_id,
-            "started_at": started, "message_count": len(items), "tool_count": len(self.mode.tools),
-        })
-        from .tool_round import Cards
-
-        cards = Cards(self, model_call_id)
-        metrics = CallMetrics()
-        cycle = ModelCycle()
-        raw = bytearray() if self.svc.verbose_llm else None
-        thinking = _ThinkingTimer(self.svc.clock)
-        try:
-            http_request = adapter.build_request(request)
-            if self.svc.verbose_llm:
-                body = json.dumps(http_request.body, ensure_ascii=False, sort_keys=True)
-                await self.svc.store.finish_llm_call(llm_id, {"request_body": redact(body, [route])})
-            async with contextlib.aclosing(
-                stream_http(self.svc.http, http_request, adapter.new_fold(route.provider), provider=route.provider,
-                            metrics=metrics, cycle=cycle, on_raw=raw.extend if raw is not None else None)
-            ) as events:
-                async for event in events:
-                    await self._initial_checkpoint()
-                    self._on_event(event, thinking)
-                    cards.on_event(event)
-            await self._initial_checkpoint()
-        except (ProviderError, ConfigError) as e:
-            await self._finish_llm(llm_id, metrics, cycle, status="error", error=e.message, raw=raw)
-            await self._initial_checkpoint()  # a failed call still leaves the user turn restorable
-            raise
-        except asyncio.CancelledError:
-            await asyncio.shield(self._finish_llm(llm_id, metrics, cycle, status="canceled", raw=raw))
-            raise
-        finally:
-            self._cancel_initial_publish()
-        thinking.end(self)
-        usage = _usage_dict(cycle.usage)
-        add_usage(self.usage_totals, usage)
-        self.run.usage = dict(self.usage_totals)
-        await self._finish_llm(llm_id, metrics, cycle, status="ok", raw=raw)
-        item = AssistantItem(
-            text="".join(cycle.text),
-            thinking="".join(cycle.thinking),
-            tool_calls=tuple(
-                ToolCall(c.call_id, c.name, c.arguments, c.index) for _, c in sorted(cards.calls.items())
-            ),
-            replay=cycle.done.replay if cycle.done else None,
-        )
-        return CallResult(item, cycle.done, usage, thinking.total_ms or None, model_call_id, cards)
-
-    def _on_event(self, event, thinking: "_ThinkingTimer") -> None:
-        run = self.run
-        if isinstance(event, ThinkingStart):
-            thinking.start()
-        elif isinstance(event, ThinkingDelta):
-            thinking.start()
-            run.emit(updates.thinking_delta(event.text))
-        elif isinstance(event, ThinkingEnd):
-            thinking.end(self)
-        elif isinstance(event, TextDelta):
-            thinking.end(self)
-            run.emit(updates.text_delta(event.text))
-        elif isinstance(event, ToolCallStart):
-            thinking.end(self)
-        elif isinstance(event, Usage):
-            if event.output_tokens is not None:
-                run.emit(updates.token_delta(event.output_tokens))
-
-    async def _finish_llm(self, llm_id: int, metrics: CallMetrics, cycle: ModelCycle, *, status: str,
-                          error: str | None = None, raw: bytearray | None = None) -> None:
-        usage = _usage_dict(cycle.usage) or {}
-        row = {
-            "status": status, "error": error,
-            "finish_reason": cycle.done.reason if cycle.done else None,
-            "ttfb_ms": _ms(metrics.ttfb_s), "ttft_ms": _ms(metrics.ttft_s), "total_ms": _ms(metrics.total_s),
-            "request_bytes": metrics.request_bytes, "response_bytes": metrics.response_bytes,
-            **{k: usage.get(k) for k in USAGE_KEYS},
-        }
-        if raw is not None:  # verbose mode: the raw SSE, with any echo of the key removed
-            row["raw_response"] = redact(bytes(raw).decode("utf-8", "replace"), [self.route]).encode()
-        await self.svc.store.finish_llm_call(llm_id, row)
-
-
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds * 1000, 3)
-
-
-class _ThinkingTimer:
-    """Measures thinking segments (monotonic) and sends thinking_completed when one closes."""
-
-    def __init__(self, clock: Clock) -> None:
-        self._clock = clock
-        self._started: float | None = None
-        self.total_ms = 0
-
-    def start(self) -> None:
-        if self._started is None:
-            self._started = self._clock.monotonic()
-
-    def end(self, turn: Turn) -> None:
-        if self._started is None:
-            return
-        ms = max(1, round((self._clock.monotonic() - self._started) * 1000))
-        self._started = None
-        self.total_ms += ms
-        turn.run.emit(updates.thinking_completed(ms))
-
 
 def _offered_tools(mode: ModeAssets) -> dict:
     """This run's tool set: a name outside it is the model's mistake (a tool error it sees)."""

@@ -38,7 +38,8 @@ from .providers.base import ToolCallDelta, ToolCallEnd, ToolCallStart
 from .transcript import AssistantItem, ToolCall, ToolResultItem
 
 if TYPE_CHECKING:
-    from .loop import CallResult, Turn
+    from .loop import Turn
+    from .model_call import CallResult
 
 log = logging.getLogger("byok.tools")
 
@@ -122,7 +123,7 @@ def prepare(state: CallState, arguments: str, turn: "Turn", started_at_ms: int) 
 
 def restored_round(turn: "Turn", pending: proj.Pending) -> "Round":
     """The staged round of a resumed checkpoint, ready to run again (same ids, same start time)."""
-    from .loop import CallResult
+    from .model_call import CallResult
     from .providers.base import Done
 
     model_call_id = pending.model_call_id or turn.svc.ids.new("model-call")
