@@ -87,7 +87,7 @@ class Cards:
         if tool is None:
             state.error = "unknown"
         elif tool.stream is not None:
-            state.stream = tool.stream(event.call_id, self.model_call_id)
+            state.stream = tool.stream(event.call_id, self.model_call_id, self.turn.tool_context)
         self.calls[event.index] = state
         self.turn.run.emit(updates.partial_tool_call(state.call_id, self.model_call_id, state.card()))
 

@@ -511,7 +511,8 @@ def test_write_crlf_contents(env, tmp_path):
                if k == "partial_tool_call" and u.tool_call.edit_tool_call.HasField("args")]
     assert first_delta < last_args and len(path_at) == 1 and first_delta < path_at[0]
     path_card = sequence[path_at[0]][1]
-    assert path_card.tool_call.edit_tool_call.args.path.endswith("pkg/new.txt") and not path_card.args_text_delta
+    # the path card shows the path the tool will write: resolved against the workspace
+    assert path_card.tool_call.edit_tool_call.args.path == path and not path_card.args_text_delta
     success = cards.completed.edit_tool_call.result.success
     assert (success.path, success.lines_added, success.lines_removed) == (path, 3, 0)
     assert (success.before_full_file_content, success.after_full_file_content) == ("", after)

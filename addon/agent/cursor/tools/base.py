@@ -119,8 +119,9 @@ class ToolDef:
     run: Callable[[CallIO, dict, Message], Awaitable[ToolOutcome]]
     error_result: Callable[[str], Message | None]
     """A typed *Result saying `message` failed (for unusable args and failures)."""
-    stream: Callable[[str, str], ArgsStream] | None = None
-    """(call_id, model_call_id) -> decoder for streaming argument text, if the card shows it live."""
+    stream: Callable[..., ArgsStream] | None = None
+    """(call_id, model_call_id, context) -> decoder for streaming argument text, if the card shows it
+    live (context: the run's RunToolContext, e.g. to show paths as the tool resolves them)."""
     card_fields: Callable[[Message], Mapping[str, Any]] | None = None
     """args -> extra scalar fields of the variant message beside args/result (ShellToolCall.description)."""
 

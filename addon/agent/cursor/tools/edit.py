@@ -160,7 +160,9 @@ async def _run_str_replace(io: CallIO, raw: dict, card: Message) -> ToolOutcome:
 class EditArgsStream:
     """Streaming argument text of one Write/StrReplace -> live edit-card updates."""
 
-    def __init__(self, call_id: str, model_call_id: str, content_key: str) -> None:
+    def __init__(self, call_id: str, model_call_id: str, content_key: str, workspace: str = "") -> None:
+        self.workspace = workspace
+        """The path card shows the path as the tool will use it (resolved against the workspace)."""
         self.call_id = call_id
         self.model_call_id = model_call_id
         self.content_key = content_key
@@ -180,7 +182,8 @@ class EditArgsStream:
                 self._path.append(chunk.text)
                 if chunk.done:
                     self._path_sent = True
-                    updates.append(self._partial("".join(self._path)))
+                    path = "".join(self._path)
+                    updates.append(self._partial(resolve_path(path, self.workspace) if self.workspace else path))
         return updates
 
     def _delta(self, text: str) -> apb.InteractionUpdate:
@@ -195,7 +198,9 @@ class EditArgsStream:
 
 
 WRITE = ToolDef("Write", "exec", "edit_tool_call", _parse_write, _run_write, edit_error_result,
-                stream=lambda call_id, model_call_id: EditArgsStream(call_id, model_call_id, "contents"))
+                stream=lambda call_id, model_call_id, ctx=None: EditArgsStream(
+                    call_id, model_call_id, "contents", ctx.workspace if ctx else ""))
 STR_REPLACE = ToolDef("StrReplace", "exec", "edit_tool_call", _parse_str_replace, _run_str_replace,
                       edit_error_result,
-                      stream=lambda call_id, model_call_id: EditArgsStream(call_id, model_call_id, "new_string"))
+                      stream=lambda call_id, model_call_id, ctx=None: EditArgsStream(
+                          call_id, model_call_id, "new_string", ctx.workspace if ctx else ""))
