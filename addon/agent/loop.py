@@ -100,22 +100,32 @@ class Turn:
             if action == "user_message_action":
                 await self._begin_user_turn()
             elif action == "resume_action":
-                await self._resume()
+                if await self._resume():
+                    return
             else:
                 raise ProtocolError(f"unsupported run action {action!r}")
             await self._model_loop()
         finally:
             self._cancel_initial_publish()
 
-    async def _resume(self) -> None:
+    async def _resume(self) -> bool:
         """A dropped stream, retried from the client's last eligible checkpoint. A staged round in it
-        is finished first: its tools run again, with no new model call."""
+        is finished first: its tools run again, with no new model call. A staged final answer (no
+        calls) is settled as it is. Returns True when the turn is complete."""
         pending = list(self.request.conversation_state.pending_tool_calls)
         if not pending:
-            return
+            return False
+        staged = proj.parse_pending(pending[0])
+        if not staged.item.tool_calls:
+            from .providers.base import Done
+
+            await self._finish_text(CallResult(staged.item, Done("stop", staged.item.replay), staged.usage,
+                                               staged.thinking_ms, staged.model_call_id or self.svc.ids.new("model-call")))
+            return True
         from .tool_round import restored_round
 
-        await restored_round(self, proj.parse_pending(pending[0])).run()
+        await restored_round(self, staged).run()
+        return False
 
     def _route(self) -> ModelRoute:
         route = self.svc.lookup_model(requested_model_id(self.request))

@@ -481,3 +481,28 @@ def test_other_mid_run_actions_are_refused_without_harm(home, provider):
         assert "queued follow-up" not in json.dumps(messages_of(provider.requests[-1]))
     finally:
         proxy.stop()
+
+
+def test_resume_from_a_staged_final_answer_settles_it_without_asking_the_model(home, provider):
+    proxy, ids = start_proxy(home, provider)
+    model = ids["openai_chat"]
+    provider.enqueue("openai_chat", CHAT.text_reply("the final answer"))
+    try:
+        async def scenario():
+            async with proxy.client() as client:
+                req = user_turn_request("answer", model_id=model)
+                first = await client.run(req)
+                staged = first.checkpoints()[1]
+                assert len(staged.pending_tool_calls) == 1
+                resume = apb.AgentRunRequest(conversation_id=req.conversation_id, requested_model=req.requested_model)
+                resume.conversation_state.CopyFrom(staged)
+                resume.action.resume_action.SetInParent()
+                return first, await client.run(resume)
+
+        calls = len(provider.requests)
+        first, resumed = run(scenario())
+        assert resumed.end_error is None
+        assert len(provider.requests) == calls + 1  # only the original call: the resume asked nothing
+        assert resumed.checkpoints()[-1].root_prompt_messages_json == first.checkpoints()[-1].root_prompt_messages_json
+    finally:
+        proxy.stop()
