@@ -71,6 +71,8 @@ class Runtime:
     channels: dict[str, RequestChannel] = field(default_factory=dict)
     finished: OrderedDict = field(default_factory=OrderedDict)
     """request_id -> outcome of finished local runs (a second RunSSE gets already_exists)."""
+    upstream: OrderedDict = field(default_factory=OrderedDict)
+    """request ids routed upstream (their later appends and RunSSE pass through), most recent last."""
     by_conversation: dict[str, Run] = field(default_factory=dict)
     closing: bool = False
 
@@ -85,6 +87,8 @@ class Runtime:
         return ch
 
     def known_route(self, request_id: str) -> Route | None:
+        if request_id in self.upstream:
+            return Route.UPSTREAM
         ch = self.channels.get(request_id)
         if ch is None or not ch.route.done():
             return Route.LOCAL if request_id in self.finished else None
@@ -93,10 +97,14 @@ class Runtime:
     async def wait_route(self, request_id: str, timeout: float) -> Route:
         if request_id in self.finished:
             return Route.LOCAL
+        if request_id in self.upstream:
+            return Route.UPSTREAM
         ch = self.channel(request_id)
         try:
             return await asyncio.wait_for(asyncio.shield(ch.route), timeout)
         except asyncio.TimeoutError:
+            if not ch.route.done() and self.channels.get(request_id) is ch:
+                del self.channels[request_id]  # an orphan: nothing may hold its memory forever
             raise RouteTimeout(
                 f"timed out after {timeout:g} s waiting for the run_request of request {request_id}"
             ) from None
@@ -113,6 +121,11 @@ class Runtime:
                 on_finished=self._finished,
             )
         ch.route.set_result(route)
+        if route is Route.UPSTREAM:  # only the decision is needed from now on (bounded memory)
+            self.channels.pop(ch.request_id, None)
+            self.upstream[ch.request_id] = None
+            while len(self.upstream) > self.max_finished:
+                self.upstream.popitem(last=False)
         log.info("[%s] model %r -> %s", ch.request_id, model_id, route.value)
         return route
 
@@ -123,6 +136,8 @@ class Runtime:
         on untouched, or waits when None)."""
         if request_id in self.finished and request_id not in self.channels:
             return Route.LOCAL  # a late append for a run that ended: accepted, nothing to do
+        if request_id in self.upstream:
+            return Route.UPSTREAM
         ch = self.channel(request_id)
         if not ch.route.done():
             if message.WhichOneof("message") != "run_request":

@@ -68,3 +68,21 @@ def test_late_append_after_the_run_finished_is_accepted():
         return rt.on_append("a", 7, HEARTBEAT, b""), await rt.wait_route("a", 0.05)
 
     assert asyncio.run(scenario()) == (Route.LOCAL, Route.LOCAL)
+
+
+def test_upstream_decisions_and_orphans_hold_no_channel():
+    async def scenario():
+        rt = make_runtime([])
+        rt.max_finished = 2
+        for n in range(3):
+            assert rt.on_append(f"up{n}", 0, run_request("cursor-model"), b"") is Route.UPSTREAM
+        assert rt.on_append("up2", 1, HEARTBEAT, b"") is Route.UPSTREAM
+        assert await rt.wait_route("up2", 0.01) is Route.UPSTREAM
+        assert list(rt.upstream) == ["up1", "up2"] and not rt.channels
+        try:
+            await rt.wait_route("orphan", 0.01)
+        except RouteTimeout:
+            pass
+        return rt.channels
+
+    assert asyncio.run(scenario()) == {}
