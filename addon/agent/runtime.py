@@ -120,6 +120,8 @@ class Runtime:
                 frame_sink=self.frame_sink_for(ch.request_id),
                 on_finished=self._finished,
             )
+            # the run_request may sit behind a seqno gap that never fills: do not keep the run forever
+            asyncio.get_running_loop().call_later(self.settings.stream_attach_timeout_s, self._expire_unstarted, ch)
         ch.route.set_result(route)
         if route is Route.UPSTREAM:  # only the decision is needed from now on (bounded memory)
             self.channels.pop(ch.request_id, None)
@@ -164,6 +166,12 @@ class Runtime:
         return route
 
     # ---- runs -------------------------------------------------------------------------------------
+
+    def _expire_unstarted(self, ch: RequestChannel) -> None:
+        if ch.run is not None and not ch.started and not ch.run.terminal:
+            missing = ch.inbox.next_seqno
+            asyncio.ensure_future(ch.run.finish(ProtocolError(
+                f"the run_request never became deliverable: append_seqno {missing} never arrived")))
 
     def run(self, request_id: str) -> Run | None:
         ch = self.channels.get(request_id)

@@ -86,3 +86,16 @@ def test_upstream_decisions_and_orphans_hold_no_channel():
         return rt.channels
 
     assert asyncio.run(scenario()) == {}
+
+
+def test_a_run_request_stuck_behind_a_seqno_gap_expires():
+    async def scenario():
+        rt = make_runtime([])
+        rt.settings.stream_attach_timeout_s = 0.05
+        rt.on_append("gap", 1, run_request("mine"), b"")  # seqno 0 never comes
+        run = rt.run("gap")
+        await asyncio.sleep(0.2)
+        return run, rt.channels
+
+    run, channels = asyncio.run(scenario())
+    assert run.terminal and run.outcome == "failed" and "gap" not in channels
