@@ -200,21 +200,25 @@ def test_client_heartbeat_is_answered(env, provider):
 
     provider.enqueue("openai_chat", Sse([Ev(i, delay_s=0.8 if n == 1 else 0) for n, i in enumerate(CHAT.text_reply("slow").items)]))
 
+    sent_at = []
+
     async def scenario():
         async with proxy.client() as client:
             request_id = "req-heartbeat"
-            seen_heartbeat = asyncio.Event()
 
             async def on_frame(frame):
-                if frame.kind == "conversation_checkpoint_update" and not seen_heartbeat.is_set():
-                    seen_heartbeat.set()
+                if frame.kind == "conversation_checkpoint_update" and not sent_at:
+                    sent_at.append(time.monotonic())
                     await client.append(request_id, apb.AgentClientMessage(client_heartbeat=apb.ClientHeartbeat()))
 
             return await client.run(user_turn_request("hb", model_id=model), request_id=request_id, on_frame=on_frame)
 
     result = run(scenario())
     assert result.end_error is None
-    assert result.kinds(skip_heartbeats=False).count("interaction_update.heartbeat") >= 1
+    # The server's idle heartbeat comes byok_heartbeat_s=1 s after its last frame; one within 0.5 s of
+    # the client's heartbeat can only be the answer to it.
+    answers = [f.t for f in result.down("interaction_update.heartbeat") if 0 <= f.t - sent_at[0] < 0.5]
+    assert answers, [round(f.t - sent_at[0], 3) for f in result.down("interaction_update.heartbeat")]
 
 
 def test_second_runsse_for_the_same_request_is_already_exists(env, provider):
