@@ -45,6 +45,19 @@ class Sent:
 Script = list[Any] | Callable[[Sent], list[Any]]
 
 
+def exec_reply(name: str, sub: Message, *, results: frozenset[str], stream, exec_id: int):
+    """One exec reply as the real exec table (tools/dispatch.py) treats it: shell stream events go to
+    the synchronous stream handler; returns (name, message) when terminal, None while pending."""
+    if stream is not None and name == "shell_stream":
+        terminal = stream(name, sub)
+        if inspect.isawaitable(terminal):
+            raise TypeError("exec stream handlers must be synchronous (the real exec table requires it)")
+        return (name, sub) if terminal else None
+    if name not in results:
+        raise ProtocolError(f"unexpected exec result {name} (id {exec_id})")
+    return name, sub
+
+
 @dataclass
 class FakeCallIO:
     context: RunToolContext = field(default_factory=lambda: RunToolContext(conversation_id="conv-1"))
@@ -93,16 +106,9 @@ class FakeCallIO:
                 if event == THROW:
                     raise ProtocolError(f"client exec threw (id {sent.id})")
                 name, sub = event
-                if stream is not None and name == "shell_stream":
-                    terminal = stream(name, sub)
-                    if inspect.isawaitable(terminal):
-                        terminal = await terminal
-                    if terminal:
-                        return name, sub
-                    continue
-                if name not in results:
-                    raise ProtocolError(f"unexpected exec result {name} (id {sent.id})")
-                return name, sub
+                terminal = exec_reply(name, sub, results=results, stream=stream, exec_id=sent.id)
+                if terminal is not None:
+                    return terminal
             raise AssertionError(f"script for exec id {sent.id} ended without a terminal reply")
         finally:
             self._current = None

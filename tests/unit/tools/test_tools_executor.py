@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import inspect
 import json
 import sys
 from dataclasses import dataclass, field
@@ -15,7 +14,7 @@ import pytest
 from byok.agent.cursor.tools.base import RunToolContext
 from byok.agent.cursor.tools.common import decode_args
 from byok.agent.cursor.tools.registry import REGISTRY
-from byok.agent.errors import ProtocolError
+from tests.support.fake_call_io import exec_reply
 from byok.cli import client as client_mod
 from byok.cli.executor import FetchPage, LocalExecutor, Misbehave, ScriptedQueries, glob_matches
 from byok.proto import agent_pb2 as apb
@@ -44,17 +43,9 @@ class LoopbackIO:
         self._current = message.id
         async for reply in self.executor.execute(message):
             name = reply.WhichOneof("message")
-            sub = getattr(reply, name)
-            if stream is not None and name == "shell_stream":
-                terminal = stream(name, sub)
-                if inspect.isawaitable(terminal):
-                    terminal = await terminal
-                if terminal:
-                    return name, sub
-                continue
-            if name not in results:
-                raise ProtocolError(f"unexpected exec result {name}")
-            return name, sub
+            terminal = exec_reply(name, getattr(reply, name), results=results, stream=stream, exec_id=message.id)
+            if terminal is not None:
+                return terminal
         raise AssertionError("no terminal reply")
 
     async def query(self, field, query, *, results):
