@@ -14,45 +14,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, field
-
-import httpx
 
 from byok.proto import agent_pb2 as apb
-from byok.prompt.assets import ModeAssets, PromptAssets
-from byok.store import AsyncStore, BlobRef, NewMessage, RunExists, StaleRun, StoredMessage
+from byok.prompt.assets import ModeAssets
+from byok.store import BlobRef, NewMessage, RunExists, StaleRun, StoredMessage
 
-from . import history
-from .clock import Clock, Ids
+from . import actions, capabilities, history, tool_round
 from .config import ModelRoute
 from .cursor import context as request_context
 from .cursor import projection as proj
 from .cursor import request_parts
 from .cursor import updates
-from .errors import AlreadyExists, ConfigError, ProtocolError, RunCanceled, RunError
-from .model_call import CallResult, ModelCall
+from .cursor.importer import import_checkpoint
+from .errors import AlreadyExists, ConfigError, RunCanceled, RunError
+from .model_call import ModelCall
+from .providers.base import Done
 from .run import Run
 from .runtime import requested_model_id
 from .transcript import TextPart
+from .turn_base import CallResult, Services, TurnHooks
+
+__all__ = ["Services", "Turn", "make_turn_factory"]
 
 log = logging.getLogger("byok.loop")
-
-
-
-
-@dataclass
-class Services:
-    """What a turn needs from the process; built once by the backend addon."""
-
-    store: AsyncStore
-    lookup_model: Callable[[str], ModelRoute | None]
-    prompts: PromptAssets
-    http: httpx.AsyncClient
-    clock: Clock = field(default_factory=Clock)
-    ids: Ids = field(default_factory=Ids)
-    verbose_llm: bool = False
-    claim_conversation: Callable[[Run, str], None] = lambda run, conversation_id: None
 
 
 class Turn:
@@ -87,23 +71,18 @@ class Turn:
             mode=self._mode_enum(),
             max_tokens=self.route.context_tokens,
         )
-        from . import tool_round
-
         self.tool_context = tool_round.tool_context(request, self.conversation_id, self.mode.name)
         self.prefetched = request_parts.prefetched(request)
         self.offered_tools = _offered_tools(self.mode)
         self.execs = tool_round.new_exec_table(run)
         run.execs = self.execs
+        self.hooks: list[TurnHooks] = [make(self) for make in capabilities.CAPABILITIES]
+        start = actions.for_run(request)  # an unknown branch ends the run before anything is stored
+        actions.install_mid_run(self)
         await self._load_base()
-        action = request.action.WhichOneof("action")
         try:
-            if action == "user_message_action":
-                await self._begin_user_turn()
-            elif action == "resume_action":
-                if await self._resume():
-                    return
-            else:
-                raise ProtocolError(f"unsupported run action {action!r}")
+            if await start(self):
+                return
             await self._model_loop()
         finally:
             self._cancel_initial_publish()
@@ -117,14 +96,11 @@ class Turn:
             return False
         staged = proj.parse_pending(pending[0])
         if not staged.item.tool_calls:
-            from .providers.base import Done
-
             await self._finish_text(CallResult(staged.item, Done("stop", staged.item.replay), staged.usage,
                                                staged.thinking_ms, staged.model_call_id or self.svc.ids.new("model-call")))
             return True
-        from .tool_round import restored_round
-
-        await restored_round(self, staged).run()
+        await tool_round.restored_round(self, staged).run()
+        await self._after_round()
         return False
 
     def _route(self) -> ModelRoute:
@@ -176,8 +152,6 @@ class Turn:
         if roots:
             known, revision = await self.svc.store.find_published(self.conversation_id, proj.roots_digest(roots))
             if not known:
-                from .cursor.importer import import_checkpoint
-
                 log.info("[%s] importing the client's checkpoint (%d roots, %d turns)",
                          self.run.request_id, len(roots), len(state.turns))
                 revision = await import_checkpoint(self, state)
@@ -342,15 +316,30 @@ class Turn:
     # ---- the model loop ---------------------------------------------------------------------------
 
     async def _model_loop(self) -> None:
-        from .tool_round import Round
-
         while True:
+            for hook in self.hooks:
+                await hook.before_model_call(self)
             self.call_index += 1
             result = await ModelCall(self, self.call_index)()
-            if result.done.reason == "stop":
-                await self._finish_text(result)
+            if result.done.reason != "stop":
+                calls = [result.cards.calls[i] for i in sorted(result.cards.calls)]
+                await tool_round.Round(self, result, calls).run()
+                await self._after_round()
+                continue
+            await self._finish_text(result)
+            if not await self._after_turn():
                 return
-            await Round(self, result, [result.cards.calls[i] for i in sorted(result.cards.calls)]).run()
+
+    async def _after_round(self) -> None:
+        for hook in self.hooks:
+            await hook.after_round(self)
+
+    async def _after_turn(self) -> bool:
+        """True when a capability starts another turn in this stream."""
+        follows = False
+        for hook in self.hooks:
+            follows = await hook.after_turn(self) or follows
+        return follows
 
     async def _complete_call(self, round_id: str, call_index: int, new: list[NewMessage], *, is_error: bool) -> None:
         try:

@@ -14,40 +14,27 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
 
 from . import history
+from .cards import Cards
 from .clock import Clock
 from .config import redact
 from .cursor import updates
 from .errors import ConfigError, ProviderError
 from .providers import adapter_for
 from .providers.base import (
-    Done, ModelCycle, ModelRequest, TextDelta, ThinkingDelta, ThinkingEnd, ThinkingStart, ToolCallStart, Usage,
+    ModelCycle, ModelRequest, TextDelta, ThinkingDelta, ThinkingEnd, ThinkingStart, ToolCallStart, Usage,
 )
 from .providers.io import CallMetrics, stream_http
 from .transcript import AssistantItem, TextPart, ToolCall, UserItem
-
-if TYPE_CHECKING:
-    from .loop import Turn
+from .turn_base import CallResult, TurnState
 
 USAGE_KEYS = updates.USAGE_FIELDS
 CONTINUE_PROMPT = (
     "<system_reminder>The conversation was resumed after an interruption. Continue from where you "
     "left off; if the task is complete, say so briefly.</system_reminder>"
 )
-
-
-@dataclass
-class CallResult:
-    item: AssistantItem
-    done: Done
-    usage: dict | None
-    thinking_ms: int | None
-    model_call_id: str
-    cards: object = None
 
 
 def usage_dict(usage: Usage | None) -> dict | None:
@@ -63,7 +50,7 @@ def add_usage(totals: dict, usage: Mapping | None) -> None:
             totals[key] = totals.get(key, 0) + value
 
 
-def provider_items(turn: "Turn") -> tuple:
+def provider_items(turn: TurnState) -> tuple:
     """The transcript this call sends: history, plus a transient continuation prompt when a resumed
     history ends with the model's own answer (never stored)."""
     items = history.transcript(turn.messages, turn.blobs)
@@ -73,14 +60,12 @@ def provider_items(turn: "Turn") -> tuple:
 
 
 class ModelCall:
-    def __init__(self, turn: "Turn", call_index: int) -> None:
+    def __init__(self, turn: TurnState, call_index: int) -> None:
         self.turn = turn
         self.call_index = call_index
         self.thinking = ThinkingTimer(turn)
 
     async def __call__(self) -> CallResult:
-        from .tool_round import Cards
-
         turn = self.turn
         svc, run, route = turn.svc, turn.run, turn.route
         items = provider_items(turn)
@@ -175,7 +160,7 @@ def _ms(seconds: float | None) -> float | None:
 class ThinkingTimer:
     """Measures thinking segments on the turn's clock and sends thinking_completed when one closes."""
 
-    def __init__(self, turn: "Turn") -> None:
+    def __init__(self, turn: TurnState) -> None:
         self._turn = turn
         self._clock: Clock = turn.svc.clock
         self._started: float | None = None

@@ -78,6 +78,8 @@ class Run:
     execs: object = None
     """The exec/interaction table (tools/dispatch.py) once the run has tools."""
     client_messages: list = field(default_factory=list)
+    mid_run_action: Callable[[apb.ConversationAction], bool] | None = None
+    """Set by the turn (actions.py): handles a mid-run action, False when it has no handler."""
 
     # ---- lifecycle ----------------------------------------------------------------------------
 
@@ -258,7 +260,7 @@ class Run:
             if action == "cancel_action":
                 reason = message.conversation_action.cancel_action.reason or "canceled by the client"
                 self.cancel(RunCanceled(reason))
-            else:
+            elif self.mid_run_action is None or not self.mid_run_action(message.conversation_action):
                 self._refuse_mid_run(message.conversation_action, action)
         elif kind == "run_request":
             log.warning("[%s] ignoring a second run_request on a running request", self.request_id)

@@ -1,18 +1,13 @@
-"""Tool calls of one model call: live cards while the model streams, then the tool round.
+"""The tool round that follows a provider call ending in tool calls.
 
-Cards (streamed as the provider produces the call):
-    toolcall start  -> partial_tool_call (typed, empty placeholder)
-    args delta      -> partial_tool_call(args_text_delta) (+ the tool's live stream, e.g. edit content)
-    args complete   -> parse + validate -> tool_call_started (args, started_at_ms)
-
-Round (after done(tool_use)):
     persist the round (assistant + all calls) -> staged checkpoint (stable roots unchanged, the
     pending assistant inline) -> run every call concurrently on its ONE transport -> per result,
     atomically append assistant(call) -> tool(result) in completion order, then tool_call_completed
     -> all done: SET blobs, ACK barrier, settled checkpoint -> the next provider call.
 
 The model's mistakes (unknown tool, arguments that are not JSON or break the schema) become a tool
-error result it sees; the client's violations (raised by the exec table) end the run.
+error result it sees; the client's violations (raised by the exec table) end the run. The live
+cards streamed while the model produced the calls are in cards.py.
 """
 
 from __future__ import annotations
@@ -20,112 +15,27 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-from google.protobuf.message import Message
 
 from byok.proto import agent_pb2 as apb
 from byok.store import NewMessage
 
 from . import history
+from .cards import CallState, prepare
 from .cursor import projection as proj
 from .cursor import updates
 from .cursor.tools import registry
-from .cursor.tools.base import ArgsStream, RunToolContext, ToolArgsError, ToolDef, ToolOutcome
+from .cursor.tools.base import RunToolContext, ToolArgsError, ToolOutcome
 from .cursor.tools.dispatch import CallPort, ExecTable
 from .errors import RunError
-from .providers.base import ToolCallDelta, ToolCallEnd, ToolCallStart
+from .providers.base import Done
 from .transcript import AssistantItem, ToolCall, ToolResultItem
-
-if TYPE_CHECKING:
-    from .loop import Turn
-    from .model_call import CallResult
+from .turn_base import CallResult, TurnState
 
 log = logging.getLogger("byok.tools")
 
 
-@dataclass
-class CallState:
-    index: int
-    call_id: str
-    name: str
-    model_call_id: str
-    tool: ToolDef | None
-    arguments: str = ""
-    json_args: dict | None = None
-    card_args: Message | None = None
-    error: str | None = None
-    started_at_ms: int | None = None
-    stream: ArgsStream | None = None
-
-    def card(self, args: Message | None = None, result: Message | None = None) -> apb.ToolCall:
-        call = self.tool.tool_call(args, result) if self.tool else apb.ToolCall(tool_call_id=self.call_id)
-        if self.started_at_ms is not None:
-            call.started_at_ms = self.started_at_ms
-        return call
-
-
-class Cards:
-    """Turns one model call's tool-call events into Cursor's live cards."""
-
-    def __init__(self, turn: "Turn", model_call_id: str) -> None:
-        self.turn = turn
-        self.model_call_id = model_call_id
-        self.calls: dict[int, CallState] = {}
-
-    def on_event(self, event) -> None:
-        if isinstance(event, ToolCallStart):
-            self._start(event)
-        elif isinstance(event, ToolCallDelta):
-            self._delta(event)
-        elif isinstance(event, ToolCallEnd):
-            self._end(event)
-
-    def _start(self, event: ToolCallStart) -> None:
-        tool = self.turn.offered_tools.get(event.name)
-        state = CallState(event.index, event.call_id, event.name, self.model_call_id, tool)
-        if tool is None:
-            state.error = "unknown"
-        elif tool.stream is not None:
-            state.stream = tool.stream(event.call_id, self.model_call_id, self.turn.tool_context)
-        self.calls[event.index] = state
-        self.turn.run.emit(updates.partial_tool_call(state.call_id, self.model_call_id, state.card()))
-
-    def _delta(self, event: ToolCallDelta) -> None:
-        state = self.calls[event.index]
-        state.arguments += event.arguments_delta
-        run = self.turn.run
-        run.emit(updates.partial_tool_call(state.call_id, self.model_call_id, state.card(),
-                                           args_text_delta=event.arguments_delta))
-        if state.stream is not None:
-            for update in state.stream.feed(event.arguments_delta):
-                run.emit(updates.interaction(update))
-
-    def _end(self, event: ToolCallEnd) -> None:
-        state = self.calls[event.index]
-        prepare(state, event.arguments, self.turn, self.turn.svc.clock.wall_ms())
-        self.turn.run.emit(updates.tool_call_started(state.call_id, self.model_call_id, state.card(state.card_args)))
-
-
-def prepare(state: CallState, arguments: str, turn: "Turn", started_at_ms: int) -> None:
-    """Complete arguments: parse and validate them into the card's typed args, or record why not."""
-    state.arguments = arguments
-    state.started_at_ms = started_at_ms
-    if state.tool is None:
-        return
-    try:
-        parsed = registry.decode_args(arguments)
-        state.card_args = state.tool.parse(parsed, state.call_id, turn.tool_context)
-        state.json_args = parsed
-    except ToolArgsError as e:
-        state.error = str(e)  # the reason only: invalid_args_outcome words the message
-
-
-def restored_round(turn: "Turn", pending: proj.Pending) -> "Round":
+def restored_round(turn: "TurnState", pending: proj.Pending) -> "Round":
     """The staged round of a resumed checkpoint, ready to run again (same ids, same start time)."""
-    from .model_call import CallResult
-    from .providers.base import Done
-
     model_call_id = pending.model_call_id or turn.svc.ids.new("model-call")
     started_at = pending.started_at_ms or turn.svc.clock.wall_ms()
     calls = []
@@ -143,8 +53,8 @@ def restored_round(turn: "Turn", pending: proj.Pending) -> "Round":
 
 @dataclass
 class Round:
-    turn: "Turn"
-    result: "CallResult"
+    turn: "TurnState"
+    result: CallResult
     calls: list[CallState]
     started_at_ms: int | None = None
     round_id: str = ""

@@ -1,0 +1,13 @@
+"""The agent capabilities the loop calls at its named points (`turn_base.TurnHooks`).
+
+Each entry makes one capability's hooks for a turn; the loop awaits them in this order at each
+point (before a provider call, after a tool round, after the turn's final answer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .turn_base import TurnHooks, TurnState
+
+CAPABILITIES: list[Callable[[TurnState], TurnHooks]] = []

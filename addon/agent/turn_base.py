@@ -1,0 +1,117 @@
+"""What the turn's parts share, so none of them imports another's module for a type.
+
+    loop.Turn          the turn lifecycle; implements TurnState
+    model_call         one provider call            -> CallResult
+    tool_round         one round of tool calls
+    cards              live tool cards while the model streams
+    actions            what each ConversationAction does
+    capabilities       modules the loop calls at named points (TurnHooks)
+
+A capability (compaction, queued messages, subagents, ...) is a module with a `TurnHooks`
+implementation; the loop calls every registered hook at its point and knows nothing else about it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+import httpx
+
+from byok.prompt.assets import ModeAssets, PromptAssets
+from byok.store import AsyncStore, NewMessage, StoredMessage
+
+from .clock import Clock, Ids
+from .config import ModelRoute
+
+if TYPE_CHECKING:
+    from byok.proto import agent_pb2 as apb
+
+    from .cursor import projection as proj
+    from .cursor.tools.base import RunToolContext, ToolDef
+    from .cursor.tools.dispatch import ExecTable
+    from .providers.base import Done
+    from .run import Run
+    from .transcript import AssistantItem
+
+
+@dataclass
+class Services:
+    """What a turn needs from the process; built once by the backend addon."""
+
+    store: AsyncStore
+    lookup_model: Callable[[str], ModelRoute | None]
+    prompts: PromptAssets
+    http: httpx.AsyncClient
+    clock: Clock = field(default_factory=Clock)
+    ids: Ids = field(default_factory=Ids)
+    verbose_llm: bool = False
+    claim_conversation: Callable[["Run", str], None] = lambda run, conversation_id: None
+
+
+@dataclass
+class CallResult:
+    """One finished provider call: the assistant item it produced and how it ended."""
+
+    item: "AssistantItem"
+    done: "Done"
+    usage: dict | None
+    thinking_ms: int | None
+    model_call_id: str
+    cards: object = None
+
+
+class TurnHooks:
+    """A capability's entry points. Each default does nothing; override what the capability needs.
+    The loop awaits the hooks of every capability in registration order."""
+
+    async def before_model_call(self, turn: "TurnState") -> None:
+        """Just before a provider request is built (e.g. compact the history, deliver queued input)."""
+
+    async def after_round(self, turn: "TurnState") -> None:
+        """After a tool round settled, before the next provider call."""
+
+    async def after_turn(self, turn: "TurnState") -> bool:
+        """After the final answer was settled. True = another turn follows in the same stream (the
+        loop calls the model again on the history as it now is)."""
+        return False
+
+
+class TurnState(Protocol):
+    """What model_call, tool_round and the capabilities read and call on the running turn."""
+
+    svc: Services
+    request: "apb.AgentRunRequest"
+    run: "Run"
+    route: ModelRoute
+    mode: ModeAssets
+    system_prompt: str
+    conversation_id: str
+    messages: list[StoredMessage]
+    revision: int | None
+    blobs: dict[bytes, bytes]
+    usage_totals: dict
+    call_index: int
+    tool_context: "RunToolContext"
+    offered_tools: dict[str, "ToolDef"]
+    execs: "ExecTable"
+    prefetched: dict
+    hooks: list[TurnHooks]
+
+    async def _begin_user_turn(self) -> None: ...
+
+    async def _resume(self) -> bool: ...
+
+    async def _project(self, messages, pending: "proj.Pending | None" = None) -> "proj.Projection": ...
+
+    async def _publish(self, *projections: "proj.Projection", revision: int | None = None) -> None: ...
+
+    async def _append(self, new: list[NewMessage]) -> None: ...
+
+    async def _complete_call(self, round_id: str, call_index: int, new: list[NewMessage], *,
+                             is_error: bool) -> None: ...
+
+    async def _initial_checkpoint(self) -> None: ...
+
+    def _cancel_initial_publish(self) -> None: ...
