@@ -21,7 +21,7 @@ from .agent.config import ProvidersFile
 from .agent.cursor.bidi import decode_bidi_append, decode_run_sse
 from .agent.errors import RunError
 from .agent.loop import Services, make_turn_factory
-from .agent.providers.io import make_client
+from .agent.providers.io import StreamLimits, make_client
 from .agent.run import Run, RunSettings
 from .agent.runtime import Route, RouteTimeout, Runtime
 from .router import Rpc, classify
@@ -62,6 +62,7 @@ class Backend:
         services = Services(
             store=self.store, lookup_model=self.providers.lookup, prompts=prompts, http=self.http,
             clock=clock, ids=ids, verbose_llm=settings.verbose_llm,
+            provider_limits=StreamLimits(headers_s=settings.provider_headers_s, idle_s=settings.provider_idle_s),
         )
         self.runtime = Runtime(
             is_user_model=lambda model_id: self.providers.lookup(model_id) is not None,

@@ -11,7 +11,8 @@ from mitmproxy import ctx, exceptions
 
 DEFAULT_HOME = Path("~/.cursor-byok")
 # Declared as str: mitmproxy 11's --set cannot parse float options.
-SECONDS_OPTIONS = ("byok_route_wait_s", "byok_ack_timeout_s", "byok_heartbeat_s")
+SECONDS_OPTIONS = ("byok_route_wait_s", "byok_ack_timeout_s", "byok_heartbeat_s", "byok_provider_idle_s",
+                   "byok_provider_headers_s")
 
 
 def parse_seconds(name: str, value: str) -> float:
@@ -40,6 +41,8 @@ class Settings:
     heartbeat_s: float
     deterministic: bool
     gc_days: int = 0
+    provider_idle_s: float = 300.0
+    provider_headers_s: float = 300.0
 
     def is_cursor_host(self, host: str) -> bool:
         return any(fnmatch.fnmatchcase(host.lower(), pattern) for pattern in self.hosts)
@@ -89,6 +92,16 @@ class Options:
             "Send a heartbeat on an idle RunSSE stream after this many seconds (waiting on a provider or tool).",
         )
         loader.add_option(
+            "byok_provider_idle_s", str, "300",
+            "Seconds a provider's response stream may stay silent (no event, no keep-alive) before the run "
+            "ends with a retryable provider error. Long: reasoning models may think silently for minutes.",
+        )
+        loader.add_option(
+            "byok_provider_headers_s", str, "300",
+            "Seconds to wait for a provider's response headers before the run ends with a retryable provider "
+            "error (some servers send none until the first token, or load the model first).",
+        )
+        loader.add_option(
             "byok_gc_days", int, 0,
             "At start-up, delete stored blobs that no checkpoint or message references any more and that "
             "are older than this many days (0: never). Also: `cursor-byok gc`.",
@@ -122,4 +135,6 @@ def current() -> Settings:
         heartbeat_s=parse_seconds("byok_heartbeat_s", o.byok_heartbeat_s),
         deterministic=o.byok_deterministic,
         gc_days=o.byok_gc_days,
+        provider_idle_s=parse_seconds("byok_provider_idle_s", o.byok_provider_idle_s),
+        provider_headers_s=parse_seconds("byok_provider_headers_s", o.byok_provider_headers_s),
     )

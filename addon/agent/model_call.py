@@ -89,7 +89,7 @@ class ModelCall:
                 await svc.store.finish_llm_call(self.llm_id, {"request_body": redact(body, [route])})
             async with contextlib.aclosing(
                 stream_http(svc.http, http_request, adapter.new_fold(route.provider), provider=route.provider,
-                            metrics=self.metrics, cycle=self.cycle,
+                            model=route.model_id, metrics=self.metrics, cycle=self.cycle, limits=svc.provider_limits,
                             on_raw=self.raw.extend if self.raw is not None else None)
             ) as events:
                 async for event in events:

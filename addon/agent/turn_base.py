@@ -24,6 +24,7 @@ from byok.store import AsyncStore, NewMessage, StoredMessage
 
 from .clock import Clock, Ids
 from .config import ModelRoute
+from .providers.io import StreamLimits
 
 if TYPE_CHECKING:
     from byok.proto import agent_pb2 as apb
@@ -47,6 +48,7 @@ class Services:
     clock: Clock = field(default_factory=Clock)
     ids: Ids = field(default_factory=Ids)
     verbose_llm: bool = False
+    provider_limits: StreamLimits = field(default_factory=StreamLimits)
     claim_conversation: Callable[["Run", str], None] = lambda run, conversation_id: None
 
 

@@ -14,7 +14,7 @@ import pytest
 from byok.agent.errors import ProviderError
 from byok.agent.providers import adapter_for
 from byok.agent.providers.base import ProviderProtocolError, TextDelta
-from byok.agent.providers.io import CallMetrics, make_client, stream_model
+from byok.agent.providers.io import CallMetrics, StreamLimits, make_client, stream_model
 from tests.support.provider_replay import CAPTURES, TEST_KEY, load, mock_client, replay, request
 from tests.support.scripted_provider import ANTHROPIC, CHAT, Ev, Hang, HttpError, ScriptedProvider, Sse
 
@@ -106,7 +106,8 @@ def test_make_client_ignores_the_environment(monkeypatch: pytest.MonkeyPatch):
     client = make_client()
     try:
         assert client.trust_env is False
-        assert client.timeout.connect == 15.0 and client.timeout.read == 600.0
+        # no read timeout: StreamLimits bounds headers and silence with errors that name the model
+        assert client.timeout.connect == 15.0 and client.timeout.read is None
     finally:
         asyncio.run(client.aclose())
 
@@ -115,10 +116,10 @@ def test_make_client_ignores_the_environment(monkeypatch: pytest.MonkeyPatch):
 
 
 async def _consume(provider: ScriptedProvider, kind: str, metrics: CallMetrics | None = None,
-                   events: list | None = None) -> None:
+                   events: list | None = None, limits: StreamLimits = StreamLimits()) -> None:
     async with make_client() as client:
         async for event in stream_model(client, adapter_for(kind), request(kind, base_url=provider.base_url),
-                                        metrics=metrics):
+                                        metrics=metrics, limits=limits):
             if events is not None:
                 events.append(event)
 
@@ -215,3 +216,71 @@ def test_request_goes_out_as_built():
     assert req.headers["content-type"] == "application/json"
     body = req.content.decode()
     assert '"stream":true' in body and '"messages":[{"role":"system","content":"sys"}' in body
+
+
+# ---- stall bounds (byok_provider_idle_s, byok_provider_headers_s) --------------------------------
+
+SHORT = StreamLimits(headers_s=0.4, idle_s=0.4)
+
+
+@pytest.mark.timeout(10)
+def test_a_silent_stream_ends_with_a_stall_error_that_names_the_model_and_closes_the_connection():
+    items = ANTHROPIC.text_reply("hello world").items
+    quiet = items[:4] + [Ev(items[4].data, items[4].event, delay_s=30)] + items[5:]
+    with ScriptedProvider() as provider:
+        provider.enqueue("anthropic", Sse(quiet))
+        events: list = []
+        with pytest.raises(ProviderError) as info:
+            asyncio.run(_consume(provider, "anthropic", events=events, limits=SHORT))
+        assert provider.wait_closed(1, timeout=5).closed_early
+    error = info.value
+    assert error.retryable and error.kind == "stalled" and error.title == "Provider stalled"
+    assert "'test-model'" in error.message and "0.4 s" in error.message and "byok_provider_idle_s" in error.message
+    assert any(isinstance(e, TextDelta) for e in events)  # it stalled mid-answer, after real output
+
+
+@pytest.mark.timeout(10)
+def test_no_response_headers_within_the_bound_is_a_stall_error():
+    with ScriptedProvider() as provider:
+        provider.enqueue("openai_chat", Hang(30))
+        with pytest.raises(ProviderError) as info:
+            asyncio.run(_consume(provider, "openai_chat", limits=StreamLimits(headers_s=0.3, idle_s=60)))
+        assert provider.wait_closed(1, timeout=5).closed_early
+    assert info.value.retryable and info.value.kind == "stalled"
+    assert "no response headers within 0.3 s" in info.value.message and "'test-model'" in info.value.message
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("kind,keepalive", [
+    ("openai_chat", b": keep-alive\n\n"),
+    ("openai_chat", b": OPENROUTER PROCESSING\n\n"),
+    ("anthropic", b'event: ping\ndata: {"type": "ping"}\n\n'),
+])
+def test_keep_alives_count_as_activity(kind: str, keepalive: bytes):
+    """Keep-alives every 0.1 s for 0.8 s in total, twice the idle bound: the call succeeds."""
+    script = CHAT.text_reply("patience") if kind == "openai_chat" else ANTHROPIC.text_reply("patience")
+    items = script.items[:1] + [Ev(keepalive, delay_s=0.1) for _ in range(8)] + script.items[1:]
+    with ScriptedProvider() as provider:
+        provider.enqueue(kind, Sse(items))
+        events: list = []
+        asyncio.run(_consume(provider, kind, events=events, limits=SHORT))
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "patience"
+
+
+@pytest.mark.timeout(10)
+def test_time_the_consumer_spends_is_not_provider_silence():
+    """A consumer slower than the idle bound (e.g. waiting on Cursor's blob ACKs) does not make a
+    stream that arrived in time look silent."""
+    async def slow_consumer(provider: ScriptedProvider) -> str:
+        text = []
+        async with make_client() as client:
+            async for event in stream_model(client, adapter_for("openai_chat"),
+                                            request("openai_chat", base_url=provider.base_url), limits=SHORT):
+                if isinstance(event, TextDelta):
+                    text.append(event.text)
+                    await asyncio.sleep(0.6)
+        return "".join(text)
+
+    with ScriptedProvider() as provider:
+        provider.enqueue("openai_chat", CHAT.text_reply("slow reader"))
+        assert asyncio.run(slow_consumer(provider)) == "slow reader"
