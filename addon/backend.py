@@ -30,7 +30,7 @@ from .stream_server import RUN_HEADER, StreamServer
 log = logging.getLogger("byok.backend")
 
 CONNECT_PROTO = "application/connect+proto"
-ANSWERED_HERE = ("rejected", "run-probe", "answered")
+ANSWERED_HERE = ("rejected", "run-probe", "answered", "status")
 
 
 class Backend:
@@ -116,7 +116,7 @@ class Backend:
             await self.store.finish_run(
                 run.request_id, status,
                 error_code=None if error is None else error.code.value,
-                error_message=None if error is None else error.message,
+                error_message=None if error is None else getattr(error, "detail", error.message),
                 usage=run.usage,
             )
         except Exception:

@@ -9,6 +9,7 @@ from .models import ModelListInjector
 from .options import Options
 from .providers_file import ProvidersFileAddon
 from .recorder import Recorder
+from .status import StatusEndpoint
 
 
 class StoreWiring:
@@ -33,6 +34,7 @@ def make_addons() -> list:
         ProvidersFileAddon(providers),
         recorder,
         ModelListInjector(providers),
+        StatusEndpoint(providers),
         backend,
         StoreWiring(backend, recorder),
     ]

@@ -97,8 +97,13 @@ class ProviderError(RunError):
         self.expected = expected
         self.kind = kind
 
+    @property
+    def detail(self) -> str:
+        """The message with the provider's HTTP status, as the client, the log and `trace` show it."""
+        return self.message if self.status is None else f"{self.message} (HTTP {self.status})"
+
     def to_connect(self) -> ConnectError:
-        detail = self.message if self.status is None else f"{self.message} (HTTP {self.status})"
+        detail = self.detail
         error = _E.ERROR_CONVERSATION_TOO_LONG if self.kind == "context_length" else _E.ERROR_PROVIDER_ERROR
         return ConnectError(
             self.code,

@@ -98,7 +98,7 @@ class ModelCall:
                     cards.on_event(event)
             await turn._initial_checkpoint()
         except (ProviderError, ConfigError) as e:
-            await self._finish(status="error", error=e.message)
+            await self._finish(status="error", error=e.detail if isinstance(e, ProviderError) else e.message)
             await turn._initial_checkpoint()  # a failed call still leaves the user turn restorable
             raise
         except asyncio.CancelledError:

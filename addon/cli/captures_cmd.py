@@ -13,9 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from rich.table import Table
-
 from .common import console, default_config, default_db, fail, open_db
+from .output import Column, line, table
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -99,11 +98,9 @@ def run_regen(args: argparse.Namespace) -> int:
         return selection
     scenarios, names, folder = selection
     out = console()
-    out.print(f"running {len(names)} scenario(s) through mitmdump ...")
+    line(out, f"running {len(names)} scenario(s) through mitmdump ...")
     captures = scenarios.run_scenarios(names)
-    table = Table(title=f"captures in {folder}", title_justify="left")
-    for col in ("scenario", "result", "runs", "frames", "provider calls", "bytes"):
-        table.add_column(col, justify="left" if col in ("scenario", "result") else "right")
+    rows = []
     for name in names:
         fresh = captures[name]
         path = folder / f"{name}.jsonl"
@@ -112,12 +109,13 @@ def run_regen(args: argparse.Namespace) -> int:
         else:
             result = "updated" if path.exists() else "new"
             fresh.write(path)
-        table.add_row(name, result, str(len(fresh.of("run"))), str(len(fresh.frames())),
-                      str(len(fresh.of("llm_call"))), f"{path.stat().st_size:,}")
-    out.print(table)
+        rows.append([name, result, str(len(fresh.of("run"))), str(len(fresh.frames())),
+                     str(len(fresh.of("llm_call"))), f"{path.stat().st_size:,}"])
+    table(out, f"captures in {folder}", ["scenario", "result", *(Column(c, "right") for c in (
+        "runs", "frames", "provider calls", "bytes"))], rows)
     stale = sorted(p.stem for p in folder.glob("*.jsonl") if p.stem not in scenarios.SCENARIOS)
     if stale:
-        out.print(f"[yellow]no scenario for {', '.join(stale)} (delete the file if the scenario is gone)[/yellow]")
+        line(out, (f"no scenario for {', '.join(stale)} (delete the file if the scenario is gone)", "yellow"))
     return 0
 
 
@@ -132,44 +130,44 @@ def run_check(args: argparse.Namespace) -> int:
     if args.fresh:
         fresh = {n: cap.load(args.fresh / f"{n}.jsonl") for n in names if (args.fresh / f"{n}.jsonl").exists()}
     else:
-        out.print(f"running {len(names)} scenario(s) through mitmdump ...")
+        line(out, f"running {len(names)} scenario(s) through mitmdump ...")
         fresh = scenarios.run_scenarios(names)
     failed = 0
     for name in names:
         path = folder / f"{name}.jsonl"
         if not path.exists():
-            out.print(f"[red]FAIL[/red] {name}: no committed capture {path} (cursor-byok captures regen {name})")
+            line(out, ("FAIL", "red"), f" {name}: no committed capture {path} (cursor-byok captures regen {name})")
             failed += 1
             continue
         if name not in fresh:
-            out.print(f"[red]FAIL[/red] {name}: no fresh capture to compare")
+            line(out, ("FAIL", "red"), f" {name}: no fresh capture to compare")
             failed += 1
             continue
         try:
             text = cap.diff(cap.load(path), fresh[name], expected_name=f"committed/{name}.jsonl",
                             actual_name=f"fresh/{name}.jsonl")
         except cap.CaptureError as e:
-            out.print(f"[red]FAIL[/red] {name}: {e}")
+            line(out, ("FAIL", "red"), f" {name}: {e}")
             failed += 1
             continue
         if text:
             failed += 1
-            out.print(f"[red]FAIL[/red] {name}: the fresh run differs from {path} (normalised):")
+            line(out, ("FAIL", "red"), f" {name}: the fresh run differs from {path} (normalised):")
             _print_diff(out, text)
         else:
-            out.print(f"[green]ok[/green]   {name}")
+            line(out, ("ok", "green"), f"   {name}")
     if failed:
-        out.print(f"{failed} of {len(names)} scenario(s) differ; if the change is intended: "
+        line(out, f"{failed} of {len(names)} scenario(s) differ; if the change is intended: "
                   "cursor-byok captures regen, and review the diff in git")
     return 1 if failed else 0
 
 
 def _print_diff(out, text: str) -> None:
-    for line in text.splitlines():
-        style = ("green" if line.startswith("+") and not line.startswith("+++") else
-                 "red" if line.startswith("-") and not line.startswith("---") else
-                 "cyan" if line.startswith("@@") else None)
-        out.print(line, style=style, markup=False, highlight=False)
+    for text_line in text.splitlines():
+        style = ("green" if text_line.startswith("+") and not text_line.startswith("+++") else
+                 "red" if text_line.startswith("-") and not text_line.startswith("---") else
+                 "cyan" if text_line.startswith("@@") else None)
+        line(out, (text_line, style))
 
 
 # ---- export ---------------------------------------------------------------------------------------
@@ -204,7 +202,7 @@ def run_export(args: argparse.Namespace) -> int:
     else:
         path = Path(args.out)
         capture.write(path)
-        err.print(f"wrote {path}")
-    err.print(f"{len(capture.of('run'))} run(s), {len(capture.frames())} frames, {len(capture.of('llm_call'))} "
+        line(err, f"wrote {path}")
+    line(err, f"{len(capture.of('run'))} run(s), {len(capture.frames())} frames, {len(capture.of('llm_call'))} "
               f"provider call(s); redacted: {', '.join(capture.header['redactions']) or 'nothing found'}")
     return 0

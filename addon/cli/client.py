@@ -32,6 +32,17 @@ class BlobMismatch(AssertionError):
     pass
 
 
+class UnexpectedAnswer(Exception):
+    """RunSSE was not answered with a Connect stream (e.g. mitmproxy's 502 page when a run on a model
+    the proxy does not know went upstream and Cursor's backend was unreachable)."""
+
+    def __init__(self, status: int, content_type: str, excerpt: str) -> None:
+        self.status = status
+        self.content_type = content_type
+        self.excerpt = excerpt
+        super().__init__(f"RunSSE answered HTTP {status} ({content_type or 'no content type'}): {excerpt}")
+
+
 @dataclass
 class Frame:
     direction: str  # "down" (server -> client) or "up"
@@ -185,6 +196,9 @@ class CursorClient:
             headers["x-cursor-client-version"] = self.client_version
         async with self._http.stream("POST", self.base_url + RUN_SSE, content=body, headers=headers) as response:
             status = response.status_code
+            content_type = response.headers.get("content-type", "")
+            if status != 200 or not content_type.startswith("application/connect+proto"):
+                raise UnexpectedAnswer(status, content_type, _excerpt(await response.aread()))
             async for chunk in response.aiter_raw():
                 for frame in decoder.feed(chunk):
                     if ended:
@@ -248,6 +262,16 @@ class CursorClient:
 
     def frames(self, request_id: str) -> list[Frame]:
         return self._frames.get(request_id, [])
+
+
+def _excerpt(body: bytes, limit: int = 200) -> str:
+    """The start of an unexpected body as one line: HTML pages reduced to their text."""
+    import re
+
+    text = body.decode("utf-8", errors="replace")
+    text = re.sub(r"<(style|script)\b.*?</\1>", " ", text, flags=re.S | re.I)
+    text = " ".join(re.sub(r"<[^>]+>", " ", text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def user_turn_request(

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from .output import line, make_console
+
 DEFAULT_PROXY = "http://127.0.0.1:8080"
 CA_CERT = "mitmproxy-ca-cert.pem"
 """The public CA certificate Cursor has to trust (mitmproxy writes it into its confdir on first start)."""
@@ -46,8 +48,8 @@ def default_proxy() -> str:
 
 
 def console(stderr: bool = False) -> Console:
-    """A console that honours COLUMNS and never wraps plain lines we print ourselves."""
-    return Console(stderr=stderr, soft_wrap=True, highlight=False)
+    """A console that honours COLUMNS, never wraps lines we print and never reads markup (output.py)."""
+    return make_console(stderr)
 
 
 def open_db(path: Path | str, *, must_exist: bool = True) -> sqlite3.Connection:
@@ -74,7 +76,7 @@ def iso_ms(ms: int | float | None) -> str:
 
 
 def fail(message: str, code: int = 2) -> int:
-    console(stderr=True).print(f"[red]error:[/red] {message}")
+    line(console(stderr=True), ("error:", "red"), " ", message)
     return code
 
 
@@ -86,3 +88,23 @@ def platform_name(value: str | None = None) -> str:
     if value.startswith("win"):
         return "windows"
     return "linux"
+
+
+STATUS_URL = "http://cursor-byok.invalid/status"
+"""Answered by the running proxy itself (byok.status): what it serves and whether its environment has
+each model's key variable. The `.invalid` host never resolves, so nothing else can answer it."""
+
+
+def proxy_status(proxy: str, timeout: float = 2.0) -> dict | None:
+    """The running proxy's own account of what it serves, or None when it does not answer (not
+    running, not a cursor-byok proxy, or an older one)."""
+    import httpx
+
+    try:
+        response = httpx.get(STATUS_URL, proxy=proxy, timeout=timeout, trust_env=False)
+        data = response.json() if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("service") != "cursor-byok" or not isinstance(data.get("config"), dict):
+        return None
+    return data

@@ -23,8 +23,9 @@ from urllib.parse import urlsplit
 from rich.text import Text
 
 from .common import (
-    CA_CERT, CA_KEY, console, default_config, default_confdir, default_db, default_proxy, platform_name,
+    CA_CERT, CA_KEY, console, default_config, default_confdir, default_db, default_proxy, platform_name, proxy_status,
 )
+from .output import line
 
 STYLE = {"ok": ("ok", "green"), "warn": ("warn", "yellow"), "fail": ("FAIL", "bold red"), "info": ("info", "cyan")}
 LINUX_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem")
@@ -130,18 +131,36 @@ def check_trust(pem: bytes | None, os_name: str, bundle: Path | None, confdir: P
                  "trust the CA")
 
 
-def check_providers(path: Path) -> Check:
+def _served_summary(served: dict) -> str:
+    models = served["config"].get("models") or []
+    names = ", ".join(f"{m.get('display_name')} [{m.get('public_id')}]" for m in models)
+    return f"{len(models)} model(s)" + (f": {names}" if names else "")
+
+
+def check_providers(path: Path, served: dict | None = None) -> Check:
+    """The providers file as this shell reads it, and, when the proxy answers its status, what the
+    running proxy really serves (it keeps the last good config over a bad edit, and only its own
+    environment holds the key variables)."""
     from byok.agent.config import ConfigFileError, load_providers
 
+    proxy_config = (served or {}).get("config") or {}
+    served_models = {m.get("public_id"): m for m in proxy_config.get("models") or [] if isinstance(m, dict)}
     if not path.exists():
         return Check("providers", "warn", f"{path} does not exist: no user models, Cursor's picker shows only its own",
                      ["write it (docs/providers.md), the running proxy picks it up within seconds"])
     try:
         config = load_providers(path)
     except ConfigFileError as e:
+        if served is None:
+            truth = ("a running proxy keeps serving the last good config it loaded from this file until it is "
+                     "fixed (a proxy started now has no user models from it); the proxy did not answer, so doctor "
+                     "cannot tell which it serves")
+        elif served_models:
+            truth = f"the running proxy keeps serving its last good config: {_served_summary(served)}"
+        else:
+            truth = "the running proxy has no user models until it is fixed"
         return Check("providers", "fail", str(e),
-                     ["fix the line named above (docs/providers.md lists every key); the proxy keeps running "
-                      "without user models until then"])
+                     ["fix the line named above (docs/providers.md lists every key)", truth])
     if not config.models:
         return Check("providers", "warn", f"{path} defines no models", ["add [[providers.models]] (docs/providers.md)"])
     fixes, status = [], "ok"
@@ -150,12 +169,33 @@ def check_providers(path: Path) -> Check:
             status = "warn"
             fixes.append(f"{m.display_name}: {m.problems[0]}")
         elif m.resolve_api_key() is None:
+            served_model = served_models.get(m.public_id)
+            if served_model is not None and served_model.get("key_set"):
+                continue  # unset in this shell only: mitmdump's environment has it
+            fixes.append(_key_finding(m, served_model))
+            # a warning only when the proxy itself says so; otherwise doctor cannot tell
+            status = "warn" if served_model is not None else ("info" if status == "ok" else status)
+    if served is not None:
+        missing = [m for m in config.models if m.public_id not in served_models]
+        proxy_path = proxy_config.get("path")
+        if missing:
             status = "warn"
-            fixes.append(f"{m.display_name}: API key not found"
-                         + (f" (environment variable {m.api_key_env} is unset in this shell; it must be set where "
-                            "mitmdump runs)" if m.api_key_env else ""))
+            where = f" (it reads {proxy_path})" if proxy_path and Path(proxy_path) != path else ""
+            fixes.append(f"the running proxy does not serve {', '.join(f'{m.display_name} [{m.public_id}]' for m in missing)}"
+                         f"{where}: start it with --set byok_config={path}, or wait a few seconds after an edit")
+        if proxy_config.get("error"):
+            fixes.append(f"the running proxy reports: {proxy_config['error']}")
     names = ", ".join(f"{m.display_name} [{m.public_id}]" for m in config.models)
     return Check("providers", status, f"{path}: {len(config.models)} model(s): {names}", fixes)
+
+
+def _key_finding(m, served_model: dict | None) -> str:
+    """An API key variable unset in this shell: only the proxy's environment matters."""
+    if served_model is not None:
+        return (f"{m.display_name}: environment variable {m.api_key_env} is not set in the running proxy's "
+                "environment: set it in the shell that starts mitmdump, then restart mitmdump")
+    return (f"{m.display_name}: environment variable {m.api_key_env} is unset in this shell; doctor cannot "
+            "ask the running proxy whether its environment has it (it must be set where mitmdump runs)")
 
 
 def check_db(path: Path) -> tuple[Check, dict]:
@@ -312,36 +352,37 @@ def run(args: argparse.Namespace) -> int:
     settings_path = args.cursor_settings or cursor_settings_path(os_name)
     ca, pem = check_ca(confdir)
     db_check, facts = check_db(args.db or default_db())
+    served = proxy_status(proxy, args.timeout)
     checks = [
-        ca, check_trust(pem, os_name, args.system_ca_bundle, confdir), check_providers(args.config or default_config()),
+        ca, check_trust(pem, os_name, args.system_ca_bundle, confdir),
+        check_providers(args.config or default_config(), served),
         db_check, check_proxy(proxy, pem, args.timeout), check_traffic(facts, args.recent),
         *check_cursor_settings(settings_path, proxy),
     ]
     out = console()
-    out.print(f"[bold]cursor-byok doctor[/bold] ({os_name})")
+    line(out, ("cursor-byok doctor", "bold"), f" ({os_name})")
     for c in checks:
         label, style = STYLE[c.status]
-        line = Text()
-        line.append(f"{label:>5}  ", style=style)
-        line.append(f"{c.name:<18} ", style="bold")
-        line.append(c.message)
-        out.print(line)
+        text = Text()
+        text.append(f"{label:>5}  ", style=style)
+        text.append(f"{c.name:<18} ", style="bold")
+        text.append(c.message)
+        line(out, text)
         for fix in c.fix:
-            out.print(Text(f"{'':7}{'':18} fix: {fix}", style="dim" if c.status == "info" else ""))
+            line(out, Text(f"{'':7}{'':18} fix: {fix}", style="dim" if c.status == "info" else ""))
     by_name = {c.name: c for c in checks}
     if by_name["traffic"].status != "ok":
         print_no_request_story(out, by_name, proxy, os_name)
     failed = [c for c in checks if c.status == "fail"]
-    out.print(f"\n{len(failed)} failed, {sum(c.status == 'warn' for c in checks)} warnings")
+    line(out, f"\n{len(failed)} failed, {sum(c.status == 'warn' for c in checks)} warnings")
     return 1 if failed else 0
 
 
 def print_no_request_story(out, by_name: dict[str, Check], proxy: str, os_name: str) -> None:
-    def mark(*names: str) -> str:
+    def mark(*names: str) -> tuple[str, str]:
         found = [by_name[n] for n in names if n in by_name]
         worst = next((s for s in ("fail", "warn", "info", "ok") if any(c.status == s for c in found)), "info")
-        label, style = STYLE[worst]
-        return f"[{style}]{label}[/{style}]"
+        return STYLE[worst]
 
     steps = [
         (("proxy",), f"The proxy runs and listens where Cursor sends traffic ({proxy})."),
@@ -359,8 +400,8 @@ def print_no_request_story(out, by_name: dict[str, Check], proxy: str, os_name: 
                          "providers file did not load."),
         (("database",), "You are looking at the database the proxy writes: --db here = `--set byok_db=...` there."),
     ]
-    out.print("\n[bold]No agent request reached the proxy? Check, in this order:[/bold]")
+    line(out, "\n", ("No agent request reached the proxy? Check, in this order:", "bold"))
     for n, (names, text) in enumerate(steps, 1):
-        out.print(f"  {n}. {mark(*names)} {text}")
-    out.print("  Then send one agent message in Cursor and run doctor again; `cursor-byok smoke` runs a turn "
+        line(out, f"  {n}. ", mark(*names), f" {text}")
+    line(out, "  Then send one agent message in Cursor and run doctor again; `cursor-byok smoke` runs a turn "
               "without Cursor to tell proxy/provider problems from Cursor-side ones. docs/troubleshooting.md has more.")

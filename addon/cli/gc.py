@@ -12,6 +12,7 @@ import argparse
 from pathlib import Path
 
 from .common import console, default_db, fail
+from .output import line
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -35,6 +36,6 @@ def run(args: argparse.Namespace) -> int:
         stats = store.gc(retention_ms=args.days * 86_400_000)
     finally:
         store.close()
-    console().print(f"{stats.marked} blobs reachable, {stats.swept} deleted ({stats.swept_bytes / 1e6:.1f} MB), "
+    line(console(), f"{stats.marked} blobs reachable, {stats.swept} deleted ({stats.swept_bytes / 1e6:.1f} MB), "
                     f"{stats.kept_young} unreferenced but younger than {args.days} day(s) kept")
     return 0

@@ -16,10 +16,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from rich.table import Table
+from dataclasses import dataclass
+
 from rich.text import Text
 
 from .common import console, default_config, default_confdir, default_proxy, fail
+from .output import facts, heading, line
 
 TOOLS_PROMPT = (
     "This is a connectivity check of a coding agent. Do exactly these steps with your tools, then stop: "
@@ -54,33 +56,100 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def pick_model(config_path: Path, wanted: str | None):
-    """The route to use, or raise SystemExit-worthy ValueError explaining why there is none."""
+@dataclass(frozen=True)
+class SmokeModel:
+    public_id: str
+    provider: str
+    kind: str
+    model_id: str
+    display_name: str
+
+    @classmethod
+    def of(cls, m) -> "SmokeModel":
+        if isinstance(m, dict):
+            return cls(str(m.get("public_id")), str(m.get("provider")), str(m.get("kind")), str(m.get("model_id")),
+                       str(m.get("display_name")))
+        return cls(m.public_id, m.provider, m.kind, m.model_id, m.display_name)
+
+    def matches(self, wanted: str) -> bool:
+        return wanted in (self.public_id, self.model_id, self.display_name)
+
+    def label(self) -> str:
+        return f"{self.display_name} [{self.public_id}]"
+
+
+def _local_models(config_path: Path) -> tuple[list[SmokeModel], str | None]:
+    """The models of the providers file as this shell reads it, or why there are none."""
     from byok.agent.config import ConfigFileError, load_providers
 
     if not config_path.exists():
-        raise ValueError(f"no providers file at {config_path}: write one (docs/providers.md) or pass --config")
+        return [], f"no providers file at {config_path}: write one (docs/providers.md) or pass --config"
     try:
         config = load_providers(config_path)
     except ConfigFileError as e:
-        raise ValueError(str(e)) from None
+        return [], str(e)
     if not config.models:
-        raise ValueError(f"{config_path} defines no models")
+        return [], f"{config_path} defines no models"
+    return [SmokeModel.of(m) for m in config.models], None
+
+
+def pick_model(config_path: Path, wanted: str | None, served: dict | None = None) -> tuple[SmokeModel, list[str]]:
+    """The model to run and notes worth printing; raises ValueError saying plainly why there is none.
+
+    When the proxy answers its status, its own models decide (the proxy keeps the last good config
+    over a broken file, and a model only in this shell's file would go upstream, not to the user's
+    provider); otherwise this shell's providers file."""
+    local, local_error = _local_models(config_path)
+    notes: list[str] = []
+    if served is None:
+        if local_error:
+            raise ValueError(local_error)
+        notes.append("the proxy did not say which models it serves (not running, or an older cursor-byok): "
+                     f"using {config_path}")
+        chosen = local[0] if wanted is None else next((m for m in local if m.matches(wanted)), None)
+        if chosen is None:
+            raise ValueError(f"no model {wanted!r} in {config_path}; there are: "
+                             + ", ".join(m.label() for m in local))
+        return chosen, notes
+    config = served.get("config") or {}
+    models = [SmokeModel.of(m) for m in config.get("models") or [] if isinstance(m, dict)]
+    proxy_file = config.get("path") or "its providers file"
+    if config.get("error"):
+        notes.append(f"the running proxy's providers file has an error: {config['error']}; "
+                     + ("it keeps serving its last good config" if models else "it serves no user models"))
+    if local_error and models:
+        notes.append(f"{local_error} (smoke uses what the running proxy serves)")
+    if not models:
+        raise ValueError(f"the running proxy serves no models of yours ({proxy_file}"
+                         + (f": {config['error']}" if config.get("error") else "") + "); fix that file "
+                         "(cursor-byok doctor), the proxy picks up the change within seconds")
     if wanted is None:
-        return config.models[0]
-    for m in config.models:
-        if wanted in (m.public_id, m.model_id, m.display_name):
-            return m
-    names = ", ".join(f"{m.display_name} [{m.public_id}]" for m in config.models)
-    raise ValueError(f"no model {wanted!r} in {config_path}; there are: {names}")
+        return models[0], notes
+    chosen = next((m for m in models if m.matches(wanted)), None)
+    if chosen is not None:
+        return chosen, notes
+    here = next((m for m in local if m.matches(wanted)), None)
+    if here is not None:
+        raise ValueError(
+            f"the running proxy does not have the model {here.label()}: it serves {proxy_file}, which differs "
+            f"from {config_path}. A run on it would go to Cursor's backend, not to {here.provider}. Fix: add the "
+            f"model to {proxy_file} (reloaded within seconds), or restart the proxy with "
+            f"--set byok_config={config_path}. It serves: " + ", ".join(m.label() for m in models))
+    raise ValueError(f"the running proxy has no model {wanted!r}; it serves: " + ", ".join(m.label() for m in models))
 
 
 def run(args: argparse.Namespace) -> int:
+    from .common import proxy_status
+
     config = args.config or default_config()
+    proxy = args.proxy or default_proxy()
+    served = proxy_status(proxy, timeout=5.0)
     try:
-        route = pick_model(config, args.model)
+        route, notes = pick_model(config, args.model, served)
     except ValueError as e:
-        return fail(str(e))
+        return fail(str(e), 1)
+    for note in notes:
+        line(console(stderr=True), ("note: ", "yellow"), note)
     confdir = args.confdir or default_confdir()
     ca = confdir / "mitmproxy-ca-cert.pem"
     if not ca.exists():
@@ -89,29 +158,33 @@ def run(args: argparse.Namespace) -> int:
     workspace = Path(tempfile.mkdtemp(prefix="cursor-byok-smoke-")) if temporary else args.workspace.resolve()
     workspace.mkdir(parents=True, exist_ok=True)
     try:
-        return asyncio.run(_smoke(args, route, str(ca), workspace))
+        return asyncio.run(_smoke(args, route, str(ca), workspace, known_to_proxy=served is not None))
     finally:
         if temporary and not args.keep:
             shutil.rmtree(workspace, ignore_errors=True)
         elif temporary:
-            console().print(f"workspace kept: {workspace}")
+            line(console(), f"workspace kept: {workspace}")
 
 
-async def _smoke(args: argparse.Namespace, route, ca: str, workspace: Path) -> int:
+async def _smoke(args: argparse.Namespace, route: SmokeModel, ca: str, workspace: Path, *,
+                 known_to_proxy: bool) -> int:
     import httpx
+    from google.protobuf.message import DecodeError
+
+    from byok.agent import connect
 
     from byok.proto import agent_pb2 as apb
 
     from . import frames as fr
-    from .client import CursorClient, Frame, user_turn_request
+    from .client import CursorClient, Frame, UnexpectedAnswer, user_turn_request
     from .executor import LocalExecutor, ScriptedQueries
 
     out = console()
     proxy = args.proxy or default_proxy()
     prompt = args.prompt or (TEXT_PROMPT if args.text_only else TOOLS_PROMPT)
     mode = {"agent": apb.AGENT_MODE_AGENT, "ask": apb.AGENT_MODE_ASK, "plan": apb.AGENT_MODE_PLAN}[args.mode]
-    out.print(f"[bold]smoke[/bold]: {route.display_name} [{route.public_id}] = {route.provider}/{route.model_id} "
-              f"({route.kind}) via {proxy}, workspace {workspace}")
+    line(out, ("smoke", "bold"), f": {route.label()} = {route.provider}/{route.model_id} ({route.kind}) via {proxy}, "
+              f"workspace {workspace}")
     executor = LocalExecutor(workspace)
     t0 = time.monotonic()
     streaming = {"text": 0}
@@ -122,13 +195,13 @@ async def _smoke(args: argparse.Namespace, route, ca: str, workspace: Path) -> i
         if args.quiet_deltas and kind in ("interaction_update.text_delta", "interaction_update.thinking_delta"):
             streaming["text"] += 1
             return
-        line = Text(f"{time.monotonic() - t0:7.2f}s ", style="dim")
-        line.append("↓ " if frame.direction == "down" else "↑ ")
-        line.append(f"{kind:<40} ", style="red" if kind == "end_stream" and frame.message else
+        text = Text(f"{time.monotonic() - t0:7.2f}s ", style="dim")
+        text.append("↓ " if frame.direction == "down" else "↑ ")
+        text.append(f"{kind:<40} ", style="red" if kind == "end_stream" and frame.message else
                     "dim" if kind in fr.HEARTBEAT_KINDS else "cyan")
-        line.append(fr.describe(frame.direction, _end_json(frame) if kind == "end_stream" else frame.message,
+        text.append(fr.describe(frame.direction, _end_json(frame) if kind == "end_stream" else frame.message,
                                 frame.flags, limit=100))
-        out.print(line)
+        line(out, text)
 
     class PrintingClient(CursorClient):
         """The Cursor-like client, also printing each append (an up frame) as it is sent."""
@@ -155,8 +228,18 @@ async def _smoke(args: argparse.Namespace, route, ca: str, workspace: Path) -> i
                     "(cursor-byok doctor)", 1)
     except asyncio.TimeoutError:
         return fail(f"no end of the turn after {args.timeout:g} s", 1)
+    except UnexpectedAnswer as e:
+        if known_to_proxy:
+            return fail(f"the proxy answered RunSSE with HTTP {e.status} instead of a Connect stream: {e.excerpt}", 1)
+        return fail(f"the proxy answered RunSSE with HTTP {e.status} instead of a Connect stream ({e.excerpt}). "
+                    f"The running proxy most likely does not have the model {route.label()}: its providers file "
+                    f"differs from {args.config or default_config()}, so the run went to Cursor's backend. Fix: "
+                    "make the proxy's providers file (--set byok_config=...) hold this model, or pick one it "
+                    "serves (cursor-byok doctor)", 1)
     except httpx.HTTPError as e:
         return fail(f"HTTP error talking to the proxy: {type(e).__name__}: {e}", 1)
+    except (connect.ConnectError, DecodeError, AssertionError) as e:
+        return fail(f"the proxy's RunSSE answer broke the Connect protocol: {e}", 1)
     finally:
         await executor.aclose()
     return _summary(out, result, executor, workspace, streaming["text"])
@@ -171,38 +254,38 @@ def _summary(out, result, executor, workspace: Path, hidden_deltas: int) -> int:
     from byok.proto import aiserver_pb2 as spb
 
     ended = result.down("interaction_update.turn_ended")
-    table = Table.grid(padding=(0, 2))
-    table.add_column(style="dim")
-    table.add_column()
-    table.add_row("request", result.request_id)
-    table.add_row("frames", f"{sum(f.direction == 'down' for f in result.frames)} down, "
-                            f"{sum(f.direction == 'up' for f in result.frames)} up"
-                            + (f" ({hidden_deltas} deltas not printed)" if hidden_deltas else ""))
-    table.add_row("tools run here", ", ".join(m.WhichOneof("message") for m in executor.log) or "none")
+    rows: list[tuple[str, object]] = [
+        ("request", result.request_id),
+        ("frames", f"{sum(f.direction == 'down' for f in result.frames)} down, "
+                   f"{sum(f.direction == 'up' for f in result.frames)} up"
+                   + (f" ({hidden_deltas} deltas not printed)" if hidden_deltas else "")),
+        ("tools run here", ", ".join(m.WhichOneof("message") for m in executor.log) or "none"),
+    ]
     files = sorted(p.name for p in workspace.iterdir() if not p.name.startswith("."))
-    table.add_row("workspace files", ", ".join(files) or "none")
+    rows.append(("workspace files", ", ".join(files) or "none"))
     if ended:
         u = ended[-1].message.interaction_update.turn_ended
-        table.add_row("usage", " ".join(f"{f}={getattr(u, f)}" for f in ("input_tokens", "output_tokens",
-                                                                            "cache_read_tokens", "cache_write_tokens")
-                                        if u.HasField(f)) or "not reported")
-    table.add_row("answer", result.text() or "(no text)")
-    out.rule("result")
-    out.print(table)
+        rows.append(("usage", " ".join(f"{f}={getattr(u, f)}" for f in ("input_tokens", "output_tokens",
+                                                                         "cache_read_tokens", "cache_write_tokens")
+                                       if u.HasField(f)) or "not reported"))
+    rows.append(("answer", (result.text() or "(no text)").replace("\n", " ")))
+    heading(out, "result")
+    facts(out, rows)
     if result.end_error is not None:
         detail = ""
         for d in result.end_error.details:
             if d.type == "aiserver.v1.ErrorDetails":
                 detail = spb.ErrorDetails.FromString(d.value).details.detail
-        out.print(f"[bold red]FAILED[/bold red] {result.end_error.code.value}: {result.end_error.message}"
-                  + (f"\n  {detail}" if detail and detail not in result.end_error.message else ""))
-        out.print(f"  more: cursor-byok trace {result.request_id}")
+        line(out, ("FAILED", "bold red"), f" {result.end_error.code.value}: {result.end_error.message}")
+        if detail and detail not in result.end_error.message:
+            line(out, f"  {detail}")
+        line(out, f"  more: cursor-byok trace {result.request_id}")
         return 1
     if result.status != 200:
-        out.print(f"[bold red]FAILED[/bold red] RunSSE answered HTTP {result.status}")
+        line(out, ("FAILED", "bold red"), f" RunSSE answered HTTP {result.status}")
         return 1
     if not ended:
-        out.print("[bold yellow]ended without turn_ended[/bold yellow] (was the run answered upstream?)")
+        line(out, ("ended without turn_ended", "bold yellow"), " (was the run answered upstream?)")
         return 1
-    out.print("[bold green]OK[/bold green]: provider config, proxy, CA and the agent turn work")
+    line(out, ("OK", "bold green"), ": provider config, proxy, CA and the agent turn work")
     return 0

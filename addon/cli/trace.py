@@ -4,6 +4,7 @@ The id is looked up as a request id, conversation id, model_call_id, tool call i
 inside stored message payloads, and finally as a unique prefix of a request or conversation id.
 The story: each run's status and error, its provider calls (timings, tokens, errors), its tool calls
 (arguments and results) and its frames (a count per kind, or every frame with `--frames all`).
+`collect` builds the story as plain data (the `--json` form); `print_story` renders it for people.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from rich.table import Table
 from rich.text import Text
 
 from .common import console, default_db, fail, iso_ms, open_db
+from .output import Column, emit_json, facts, heading, line, styled, table
 
 STATUS_STYLE = {"completed": "green", "ok": "green", "running": "yellow", "failed": "red", "error": "red",
                 "canceled": "magenta", "abandoned": "magenta"}
@@ -33,6 +34,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--db", type=Path, default=None, help="SQLite store (default: ~/.cursor-byok/byok.db)")
     p.add_argument("--frames", choices=("none", "summary", "all"), default=None,
                    help="frames per run: counts per kind (default), every frame, or none")
+    p.add_argument("--json", action="store_true", help="print the story as one JSON document")
     p.set_defaults(func=run)
 
 
@@ -92,128 +94,114 @@ def run(args: argparse.Namespace) -> int:
     except FileNotFoundError as e:
         return fail(str(e))
     found = find(conn, args.id)
-    out = console()
     if found is None:
-        out.print(f"[red]{args.id!r} is not a request, conversation, model call, tool call or tool round id "
-                  f"in {db}[/red]")
+        message = (f"{args.id!r} is not a request, conversation, model call, tool call or tool round id "
+                   f"in {db}")
+        if args.json:
+            emit_json({"error": message})
+        else:
+            line(console(), styled(message, "red"))
         return 1
     frames_mode = args.frames or ("summary" if len(found.request_ids) > 1 or found.kind == "conversation" else "all")
-    what = found.kind.replace("_", " ")
-    out.print(f"[bold]{what} {found.ident}[/bold]"
-              + (f"  (conversation {found.conversation_id})" if found.conversation_id and found.kind != "conversation"
-                 else ""))
-    for request_id in found.request_ids:
-        print_run(out, conn, request_id, found, frames_mode)
+    story = collect(conn, found, frames_mode)
+    if args.json:
+        emit_json(story)
+    else:
+        print_story(console(), story, found)
     return 0
 
 
-def _ms(value) -> str:
-    return "-" if value is None else f"{value:,.0f}"
+# ---- the story as data ---------------------------------------------------------------------------
 
 
-def print_run(out, conn: sqlite3.Connection, request_id: str, found: Found, frames_mode: str) -> None:
-    run = conn.execute("SELECT * FROM runs WHERE request_id = ?", [request_id]).fetchone()
-    out.rule(f"request {request_id}")
-    facts = Table.grid(padding=(0, 2))
-    facts.add_column(style="dim")
-    facts.add_column()
-    if run is None:
-        facts.add_row("run", "no run row (observed or never claimed): frames only")
-    else:
-        status = Text(run["status"], style=STATUS_STYLE.get(run["status"], ""))
-        facts.add_row("status", status)
-        facts.add_row("conversation", run["conversation_id"])
-        facts.add_row("model", run["model_public_id"] or "-")
-        facts.add_row("mode / action", f"{run['mode'] or '-'} / {run['action'] or '-'}")
-        duration = ("" if run["finished_at_ms"] is None
-                    else f"  ({(run['finished_at_ms'] - run['started_at_ms']) / 1000:.2f} s)")
-        facts.add_row("started", iso_ms(run["started_at_ms"]) + duration)
-        if run["usage"]:
-            facts.add_row("usage", " ".join(f"{k}={v}" for k, v in json.loads(run["usage"]).items()))
-        if run["error_code"] or run["error_message"]:
-            facts.add_row("error", Text(f"{run['error_code']}: {run['error_message']}", style="red"))
-    out.print(facts)
-    _calls(out, conn, request_id, found)
-    _tools(out, conn, request_id, found)
-    if frames_mode != "none":
-        _frames(out, conn, request_id, frames_mode)
+def collect(conn: sqlite3.Connection, found: Found, frames_mode: str) -> dict:
+    return {
+        "kind": found.kind, "id": found.ident, "conversation_id": found.conversation_id,
+        "runs": [collect_run(conn, request_id, frames_mode) for request_id in found.request_ids],
+    }
 
 
-def _calls(out, conn: sqlite3.Connection, request_id: str, found: Found) -> None:
-    calls = conn.execute("SELECT * FROM llm_calls WHERE request_id = ? ORDER BY call_index", [request_id]).fetchall()
-    if not calls:
-        out.print("[dim]no provider calls[/dim]")
-        return
-    table = Table(title="provider calls", title_justify="left", show_edge=False)
-    for col in ("#", "model_call_id", "provider / model", "status", "finish", "ttfb ms", "ttft ms", "total ms",
-                "in", "out", "cache r/w", "error"):
-        table.add_column(col, justify="right" if col.endswith("ms") or col in ("#", "in", "out") else "left",
-                         overflow="fold")
-    for c in calls:
-        focus = found.kind == "model_call" and c["model_call_id"] == found.ident
-        table.add_row(
-            str(c["call_index"]), c["model_call_id"] or "-", f"{c['provider']} / {c['model']} ({c['provider_kind']})",
-            Text(c["status"], style=STATUS_STYLE.get(c["status"], "")), c["finish_reason"] or "-",
-            _ms(c["ttfb_ms"]), _ms(c["ttft_ms"]), _ms(c["total_ms"]),
-            _n(c["input_tokens"]), _n(c["output_tokens"]), f"{_n(c['cache_read_tokens'])}/{_n(c['cache_write_tokens'])}",
-            Text(c["error"] or "", style="red"), style="bold reverse" if focus else None,
-        )
-    out.print(table)
+def collect_run(conn: sqlite3.Connection, request_id: str, frames_mode: str) -> dict:
+    row = conn.execute("SELECT * FROM runs WHERE request_id = ?", [request_id]).fetchone()
+    run = None
+    if row is not None:
+        run = {k: row[k] for k in ("status", "conversation_id", "model_public_id", "mode", "action", "started_at_ms",
+                                   "finished_at_ms", "error_code", "error_message")}
+        run["usage"] = json.loads(row["usage"]) if row["usage"] else None
+    return {"request_id": request_id, "run": run, "provider_calls": provider_calls(conn, request_id),
+            "tool_calls": tool_calls(conn, request_id),
+            "frames": None if frames_mode == "none" else frames(conn, request_id, frames_mode)}
 
 
-def _n(value) -> str:
-    return "-" if value is None else str(value)
+CALL_FIELDS = ("call_index", "model_call_id", "provider", "provider_kind", "model_public_id", "model", "started_at",
+               "status", "finish_reason", "ttfb_ms", "ttft_ms", "total_ms", "input_tokens", "output_tokens",
+               "cache_read_tokens", "cache_write_tokens", "reasoning_tokens", "error")
 
 
-def _tools(out, conn: sqlite3.Connection, request_id: str, found: Found) -> None:
+def provider_calls(conn: sqlite3.Connection, request_id: str) -> list[dict]:
+    rows = conn.execute("SELECT * FROM llm_calls WHERE request_id = ? ORDER BY call_index", [request_id]).fetchall()
+    return [{k: r[k] for k in CALL_FIELDS} for r in rows]
+
+
+def tool_arguments(assistant_json: str | None) -> dict[str, str]:
+    """call id -> its arguments as JSON text, from a staged round's assistant message.
+
+    The round keeps the AI-SDK shape (`content[]` parts `{type: tool-call, toolCallId, input}`); older
+    stores kept `tool_calls[]` with `call_id` / `arguments` (a JSON string)."""
+    try:
+        message = json.loads(assistant_json or "{}")
+    except ValueError:
+        return {}
+    out: dict[str, str] = {}
+    content = message.get("content") if isinstance(message, dict) else None
+    for part in content if isinstance(content, list) else []:
+        if isinstance(part, dict) and part.get("type") == "tool-call" and "toolCallId" in part:
+            value = part.get("input", part.get("args", {}))
+            out[str(part["toolCallId"])] = value if isinstance(value, str) else json.dumps(
+                value, ensure_ascii=False, separators=(",", ":"))
+    calls = message.get("tool_calls") if isinstance(message, dict) else None
+    for call in calls if isinstance(calls, list) else []:
+        if isinstance(call, dict) and "call_id" in call:
+            value = call.get("arguments", "")
+            out.setdefault(str(call["call_id"]), value if isinstance(value, str) else json.dumps(value))
+    return out
+
+
+def tool_calls(conn: sqlite3.Connection, request_id: str) -> list[dict]:
     rows = conn.execute(
         "SELECT r.id AS round_id, r.status AS round_status, r.assistant, c.* FROM tool_rounds r"
         " JOIN tool_round_calls c ON c.round_id = r.id WHERE r.request_id = ? ORDER BY r.created_at_ms, c.call_index",
         [request_id]).fetchall()
-    if not rows:
-        return
-    results = {}
-    for (payload,) in conn.execute("SELECT payload FROM messages WHERE request_id = ? AND role = 'tool'", [request_id]):
+    results: dict = {}
+    for (payload,) in conn.execute("SELECT payload FROM messages WHERE request_id = ? AND role IN ('tool', 'assistant')",
+                                   [request_id]):
         p = json.loads(payload)
-        results[(p.get("tool_round_id"), p.get("call_index"))] = p
-    table = Table(title="tool calls", title_justify="left", show_edge=False)
-    for col in ("round", "#", "call id", "tool", "arguments", "done", "result"):
-        table.add_column(col, overflow="fold")
+        if p.get("kind") == "tool":
+            results[(p.get("tool_round_id"), p.get("call_index"))] = p
+    out = []
+    arguments_of: dict[str, dict[str, str]] = {}
     for r in rows:
-        args = ""
-        try:
-            calls = json.loads(r["assistant"]).get("tool_calls", [])
-            args = next((c.get("arguments", "") for c in calls if c.get("call_id") == r["call_id"]), "")
-        except ValueError:
-            pass
+        if r["round_id"] not in arguments_of:
+            arguments_of[r["round_id"]] = tool_arguments(r["assistant"])
         result = results.get((r["round_id"], r["call_index"]))
-        if r["completion_seq"] is None:
-            done, text = Text("pending", style="yellow"), ""
-        else:
-            done = Text(f"#{r['completion_seq']}" + (" error" if r["is_error"] else ""),
-                        style="red" if r["is_error"] else "green")
-            text = (result or {}).get("content", "")
-            text = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False)
-        focus = (found.kind == "tool_call" and r["call_id"] == found.ident) or (
-            found.kind == "tool_round" and r["round_id"] == found.ident)
-        table.add_row(r["round_id"], str(r["call_index"]), r["call_id"], r["name"], _clip(args, 120), done,
-                      _clip(text, 160), style="bold" if focus else None)
-    out.print(table)
+        content = None
+        if r["completion_seq"] is not None:
+            content = (result or {}).get("content", "")
+            content = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+        out.append({
+            "round_id": r["round_id"], "call_index": r["call_index"], "call_id": r["call_id"], "name": r["name"],
+            "arguments": arguments_of[r["round_id"]].get(r["call_id"], ""),
+            "status": "pending" if r["completion_seq"] is None else ("error" if r["is_error"] else "ok"),
+            "completion_seq": r["completion_seq"], "result": content,
+        })
+    return out
 
 
-def _clip(text: str, n: int) -> str:
-    text = (text or "").replace("\n", "\\n")
-    return text if len(text) <= n else text[: n - 1] + "…"
-
-
-def _frames(out, conn: sqlite3.Connection, request_id: str, mode: str) -> None:
+def frames(conn: sqlite3.Connection, request_id: str, mode: str) -> dict:
     from . import frames as fr
 
     rows = conn.execute("SELECT direction, seq, ts_ms, flags, data FROM frames WHERE request_id = ?"
                         " ORDER BY ts_ms, CASE direction WHEN 'up' THEN 0 ELSE 1 END, seq", [request_id]).fetchall()
-    if not rows:
-        out.print("[dim]no frames recorded (byok_record=false, or recorded by another database)[/dim]")
-        return
     decoded = []
     for r in rows:
         message = fr.decode(r["direction"], r["flags"], bytes(r["data"]))
@@ -222,20 +210,125 @@ def _frames(out, conn: sqlite3.Connection, request_id: str, mode: str) -> None:
         counts: dict[tuple[str, str], int] = {}
         for r, _, kind in decoded:
             counts[(r["direction"], kind)] = counts.get((r["direction"], kind), 0) + 1
-        table = Table(title=f"frames ({len(rows)}; --frames all lists them)", title_justify="left", show_edge=False)
-        table.add_column("dir")
-        table.add_column("kind")
-        table.add_column("count", justify="right")
-        for (direction, kind), n in counts.items():
-            table.add_row(direction, kind, str(n))
-        out.print(table)
+        return {"count": len(rows), "per_kind": [{"direction": d, "kind": k, "count": n}
+                                                 for (d, k), n in counts.items()]}
+    t0 = rows[0]["ts_ms"] if rows else 0
+    return {"count": len(rows), "list": [
+        {"ms": r["ts_ms"] - t0, "direction": r["direction"], "seq": r["seq"], "kind": kind,
+         "error": kind == "end_stream" and bool(message),
+         "detail": fr.describe(r["direction"], message, r["flags"], limit=100)}
+        for r, message, kind in decoded]}
+
+
+# ---- the story for people ------------------------------------------------------------------------
+
+
+def print_story(out, story: dict, found: Found) -> None:
+    what = found.kind.replace("_", " ")
+    parts: list = [(f"{what} {found.ident}", "bold")]
+    if found.conversation_id and found.kind != "conversation":
+        parts.append(f"  (conversation {found.conversation_id})")
+    line(out, *parts)
+    for run_story in story["runs"]:
+        print_run(out, run_story, found)
+
+
+def _ms(value) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def _n(value) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def print_run(out, story: dict, found: Found) -> None:
+    heading(out, f"request {story['request_id']}")
+    run = story["run"]
+    if run is None:
+        facts(out, [("run", "no run row (observed or never claimed): frames only")])
+    else:
+        rows: list[tuple[str, object]] = [
+            ("status", styled(run["status"], STATUS_STYLE.get(run["status"]))),
+            ("conversation", run["conversation_id"]),
+            ("model", run["model_public_id"] or "-"),
+            ("mode / action", f"{run['mode'] or '-'} / {run['action'] or '-'}"),
+        ]
+        duration = ("" if run["finished_at_ms"] is None
+                    else f"  ({(run['finished_at_ms'] - run['started_at_ms']) / 1000:.2f} s)")
+        rows.append(("started", iso_ms(run["started_at_ms"]) + duration))
+        if run["usage"]:
+            rows.append(("usage", " ".join(f"{k}={v}" for k, v in run["usage"].items())))
+        if run["error_code"] or run["error_message"]:
+            rows.append(("error", styled(f"{run['error_code']}: {run['error_message']}", "red")))
+        facts(out, rows)
+    _print_calls(out, story["provider_calls"], found)
+    _print_tools(out, story["tool_calls"], found)
+    if story["frames"] is not None:
+        _print_frames(out, story["frames"])
+
+
+def _print_calls(out, calls: list[dict], found: Found) -> None:
+    if not calls:
+        line(out, ("no provider calls", "dim"))
         return
-    t0 = rows[0]["ts_ms"]
-    table = Table(title=f"frames ({len(rows)})", title_justify="left", show_edge=False)
-    for col in ("+ms", "dir", "seq", "kind", "detail"):
-        table.add_column(col, justify="right" if col in ("+ms", "seq") else "left", overflow="fold")
-    for r, message, kind in decoded:
-        style = "dim" if kind in fr.HEARTBEAT_KINDS else ("red" if kind == "end_stream" and message else None)
-        table.add_row(str(r["ts_ms"] - t0), "↓" if r["direction"] == "down" else "↑", str(r["seq"]), kind,
-                      fr.describe(r["direction"], message, r["flags"], limit=100), style=style)
-    out.print(table)
+    columns = [Column("#", "right", in_records=False), Column("model_call_id"), Column("provider / model"), Column("status"),
+               Column("finish"), Column("ttfb ms", "right"), Column("ttft ms", "right"), Column("total ms", "right"),
+               Column("in", "right"), Column("out", "right"), Column("cache r/w"), Column("error")]
+    rows, styles = [], []
+    for c in calls:
+        rows.append([
+            str(c["call_index"]), c["model_call_id"] or "-", f"{c['provider']} / {c['model']} ({c['provider_kind']})",
+            styled(c["status"], STATUS_STYLE.get(c["status"])), c["finish_reason"] or "-",
+            _ms(c["ttfb_ms"]), _ms(c["ttft_ms"]), _ms(c["total_ms"]),
+            _n(c["input_tokens"]), _n(c["output_tokens"]), f"{_n(c['cache_read_tokens'])}/{_n(c['cache_write_tokens'])}",
+            styled(c["error"] or "", "red"),
+        ])
+        styles.append("bold reverse" if found.kind == "model_call" and c["model_call_id"] == found.ident else None)
+    table(out, "provider calls", columns, rows, row_styles=styles,
+          record_title=lambda i, row: f"call {row[0]}")
+
+
+def _print_tools(out, calls: list[dict], found: Found) -> None:
+    if not calls:
+        return
+    columns = ["round", "#", Column("call id", in_records=False), Column("tool", in_records=False), "arguments",
+               "done", "result"]
+    rows, styles = [], []
+    for c in calls:
+        if c["status"] == "pending":
+            done = styled("pending", "yellow")
+        else:
+            done = styled(f"#{c['completion_seq']}" + (" error" if c["status"] == "error" else ""),
+                          "red" if c["status"] == "error" else "green")
+        rows.append([c["round_id"], str(c["call_index"]), c["call_id"], c["name"], _clip(c["arguments"], 120), done,
+                     _clip(c["result"] or "", 160)])
+        focus = (found.kind == "tool_call" and c["call_id"] == found.ident) or (
+            found.kind == "tool_round" and c["round_id"] == found.ident)
+        styles.append("bold" if focus else None)
+    table(out, "tool calls", columns, rows, row_styles=styles, record_title=lambda i, row: f"{row[3]} {row[2]}")
+
+
+def _clip(text: str, n: int) -> str:
+    text = (text or "").replace("\n", "\\n")
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _print_frames(out, frames: dict) -> None:
+    from . import frames as fr
+
+    if not frames["count"]:
+        line(out, ("no frames recorded (byok_record=false, or recorded by another database)", "dim"))
+        return
+    if "per_kind" in frames:
+        rows = [[f["direction"], f["kind"], str(f["count"])] for f in frames["per_kind"]]
+        table(out, f"frames ({frames['count']}; --frames all lists them)",
+              ["dir", Column("kind"), Column("count", "right")], rows,
+              compact=lambda row: f"{row[0]:<4} {row[2]:>5}  {row[1]}")
+        return
+    rows, styles = [], []
+    for f in frames["list"]:
+        rows.append([str(f["ms"]), "↓" if f["direction"] == "down" else "↑", str(f["seq"]), f["kind"], f["detail"]])
+        styles.append("dim" if f["kind"] in fr.HEARTBEAT_KINDS else ("red" if f["error"] else None))
+    table(out, f"frames ({frames['count']})",
+          [Column("+ms", "right"), "dir", Column("seq", "right"), "kind", "detail"], rows, row_styles=styles,
+          compact=lambda row: f"+{row[0]} {row[1]} {row[2]} {row[3]} {row[4]}".rstrip())

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import argparse
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import date
 from pathlib import Path
 
-from rich.table import Table
-
 from .common import console, default_db, fail, open_db
+from .output import Column, emit_json, line, table
 
 TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
 
@@ -26,6 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--db", type=Path, default=None, help="SQLite store (default: ~/.cursor-byok/byok.db)")
     p.add_argument("--since", type=_day, default=None, metavar="YYYY-MM-DD", help="first day to include")
     p.add_argument("--until", type=_day, default=None, metavar="YYYY-MM-DD", help="last day to include")
+    p.add_argument("--json", action="store_true", help="print the rows and totals as one JSON document")
     p.add_argument("--png", type=Path, default=None, help="also write a chart (needs matplotlib installed)")
     p.set_defaults(func=run)
 
@@ -71,25 +71,29 @@ def run(args: argparse.Namespace) -> int:
     except FileNotFoundError as e:
         return fail(str(e))
     rows = usage_rows(conn, args.since, args.until)
-    out = console()
-    if not rows:
-        out.print("no provider calls" + (f" since {args.since}" if args.since else "") + " in the store")
+    totals = {f: sum(getattr(r, f) for r in rows) for f in COUNT_FIELDS}
+    if args.json:
+        emit_json({"days": "UTC", "rows": [asdict(r) for r in rows], "totals": totals})
+    elif not rows:
+        line(console(), "no provider calls" + (f" since {args.since}" if args.since else "") + " in the store")
         return 0
-    table = Table(title="tokens per model and day (UTC)", title_justify="left")
-    for col in ("day", "model", "calls", "failed", "input", "output", "cache read", "cache write", "reasoning"):
-        table.add_column(col, justify="left" if col in ("day", "model") else "right")
-    totals = [0] * 7
-    for r in rows:
-        values = [r.calls, r.errors, r.input_tokens, r.output_tokens, r.cache_read_tokens, r.cache_write_tokens,
-                  r.reasoning_tokens]
-        totals = [a + b for a, b in zip(totals, values)]
-        table.add_row(r.day, r.model, *(f"{v:,}" for v in values))
-    table.add_section()
-    table.add_row("total", "", *(f"{v:,}" for v in totals), style="bold")
-    out.print(table)
-    if args.png:
+    else:
+        print_table(console(), rows, totals)
+    if args.png and rows:
         return write_png(rows, args.png)
     return 0
+
+
+COUNT_FIELDS = ("calls", "errors", *TOKEN_FIELDS)
+HEADERS = ("calls", "failed", "input", "output", "cache read", "cache write", "reasoning")
+
+
+def print_table(out, rows: list[Row], totals: dict) -> None:
+    columns = [Column("day", in_records=False), Column("model", in_records=False), *(Column(h, "right") for h in HEADERS)]
+    cells = [[r.day, r.model, *(f"{getattr(r, f):,}" for f in COUNT_FIELDS)] for r in rows]
+    table(out, "tokens per model and day (UTC)", columns, cells,
+          record_title=lambda i, row: f"{row[0]}  {row[1]}",
+          footer=["total", "", *(f"{totals[f]:,}" for f in COUNT_FIELDS)])
 
 
 def write_png(rows: list[Row], path: Path) -> int:
@@ -113,5 +117,5 @@ def write_png(rows: list[Row], path: Path) -> int:
     fig.autofmt_xdate()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    console().print(f"chart written to {path}")
+    line(console(), f"chart written to {path}")
     return 0

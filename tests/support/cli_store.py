@@ -79,7 +79,12 @@ def build_store(path: Path, home: Path) -> Built:
             "index": 0}
     assistant = {"kind": "assistant", "text": "Reading the file.", "tool_calls": [call],
                  "model_call_id": b.model_call_tool}
-    store.stage_round(b.tool_round_id, cid, b.request_ok, rev, assistant, [(0, b.tool_call_id, "Read")])
+    # the round keeps the assistant as the engine stages it (AI-SDK shape: content[].input / toolCallId)
+    staged = {"role": "assistant", "id": "1", "content": [
+        {"type": "text", "text": "Reading the file."},
+        {"type": "tool-call", "toolCallId": b.tool_call_id, "toolName": "Read",
+         "input": {"path": f"{home}/project/a.py"}}]}
+    store.stage_round(b.tool_round_id, cid, b.request_ok, rev, staged, [(0, b.tool_call_id, "Read")])
     tool = {"kind": "tool", "call_id": b.tool_call_id, "name": "Read", "content": "print('hi')\n", "is_error": False,
             "tool_round_id": b.tool_round_id, "call_index": 0, "tool_call": ""}
     _, rev = store.complete_call(b.tool_round_id, 0, cid, rev, [

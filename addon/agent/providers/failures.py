@@ -93,9 +93,16 @@ def refusal(provider: str, message: str) -> ProviderError:
     )
 
 
-def http_error(provider: str, status: int, body: bytes, secrets: Iterable[str] = ()) -> ProviderError:
+def http_error(provider: str, status: int, body: bytes, secrets: Iterable[str] = (), *,
+               url: str | None = None, model: str | None = None) -> ProviderError:
     message, code, _ = extract(body)
     message = scrub(message, secrets)
+    if status == 404:
+        # almost always a wrong base_url (the path) or model id: say which request was sent where
+        message += (f" [check base_url and the model id in the providers file: the request for model {model!r}"
+                    f" went to {url}; base_url must end where /chat/completions, /responses or /messages begin,"
+                    " usually /v1]" if url else " [check base_url and the model id in the providers file]")
+        message = scrub(message, secrets)
     if status not in (401, 403, 408, 409, 429) and status < 500 and is_context_length(code, message):
         return context_length(provider, message, status=status)
     if status in (401, 403):

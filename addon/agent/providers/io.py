@@ -131,7 +131,9 @@ async def stream_http(
         m.status = response.status_code
         if response.status_code >= 400:
             body = await _read_bounded(response, on_raw, stall)
-            raise failures.http_error(provider, response.status_code, body, secrets)
+            model = http_req.body.get("model") if isinstance(http_req.body, dict) else None
+            raise failures.http_error(provider, response.status_code, body, secrets, url=str(http_req.url),
+                                      model=model)
         content_type = response.headers.get("content-type", "")
         if "text/event-stream" not in content_type:
             body = await _read_bounded(response, on_raw, stall)

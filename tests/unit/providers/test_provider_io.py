@@ -284,3 +284,13 @@ def test_time_the_consumer_spends_is_not_provider_silence():
     with ScriptedProvider() as provider:
         provider.enqueue("openai_chat", CHAT.text_reply("slow reader"))
         assert asyncio.run(slow_consumer(provider)) == "slow reader"
+
+
+@pytest.mark.timeout(10)
+def test_http_404_points_at_base_url_and_the_model_id_and_keeps_its_status():
+    _, error = replay("openai_chat", b'{"error": {"message": "No fixture matched"}}', status=404,
+                      content_type="application/json")
+    assert isinstance(error, ProviderError) and error.status == 404 and not error.retryable
+    assert "No fixture matched" in error.message and "check base_url and the model id" in error.message
+    assert "/chat/completions" in error.message and "usually /v1" in error.message
+    assert error.detail.endswith("(HTTP 404)") and error.to_connect().message == error.detail
