@@ -30,6 +30,7 @@ Stream fold:
                            `model_context_window_exceeded` fail at once
   message_stop          -> Usage (once), Done(stop | tool_use | length, replay content blocks)
   error                 -> ProviderError; ping and unknown event types are ignored
+  data: [DONE]          -> ignored after message_stop (gateways append it); before it, the EOF failure
 
 Usage: values exactly as Anthropic reports them. Anthropic's `input_tokens` EXCLUDES cached input:
 cache reads and writes are only in cache_read_tokens / cache_write_tokens (Cursor's turn_ended has
@@ -147,6 +148,10 @@ class Fold:
         self._stop_reason: str | None = None
 
     def feed(self, event: SseEvent) -> list[ModelEvent]:
+        if common.is_done_sentinel(event.data):  # OpenAI-style gateways append it to every stream
+            if self._done:
+                return []
+            raise ProviderError(f"{self._provider}: the stream ended ([DONE]) without message_stop (EOF mid-response).")
         payload = common.event_json(self._provider, event.data)
         if payload is None:
             return []

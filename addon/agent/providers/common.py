@@ -80,6 +80,12 @@ def reject_knob(route: ModelRoute, knob: str, instead: str) -> None:
     )
 
 
+def is_done_sentinel(data: str) -> bool:
+    """`data: [DONE]`: the end of an OpenAI Chat stream, which gateways (LiteLLM) also append to
+    Responses and Anthropic streams after their terminal event."""
+    return data.strip() == "[DONE]"
+
+
 def event_json(provider: str, data: str) -> dict | None:
     """One SSE event's JSON payload (None for an empty keep-alive event); not JSON is a provider
     protocol error."""

@@ -32,6 +32,8 @@ Stream fold (dispatch on the payload's `type`):
   response.completed                    -> Usage, Done(tool_use if any call else stop, replay)
   response.incomplete                   -> max_output_tokens: Usage, Done("length"); content_filter: refusal
   response.failed / error               -> ProviderError; refusal.done -> refusal
+  data: [DONE]                          -> ignored after the terminal event (LiteLLM sends it);
+                                           before it, the same failure as EOF
 Other event types (content_part.*, *.done echoes, annotations) carry nothing new and are ignored.
 """
 
@@ -147,6 +149,12 @@ class Fold:
         self._refusal: list[str] = []
 
     def feed(self, event: SseEvent) -> list[ModelEvent]:
+        if common.is_done_sentinel(event.data):  # LiteLLM ends its Responses streams with [DONE]
+            if self._done:
+                return []
+            raise ProviderError(
+                f"{self._provider}: the stream ended ([DONE]) without response.completed (EOF mid-response)."
+            )
         payload = common.event_json(self._provider, event.data)
         if payload is None:
             return []

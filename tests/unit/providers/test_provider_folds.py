@@ -43,6 +43,21 @@ VERDICTS = {
     ("anthropic", "refusal.sse"): ("refusal", None),
     ("anthropic", "context_window_exceeded.sse"): ("context_length", None),
     ("anthropic", "eof.sse"): ("provider_error", None),
+    # gateway dialects (issue 10 point 3)
+    ("openai_chat", "openrouter_reasoning_details.sse"): (None, "tool_use"),
+    ("openai_chat", "openrouter_reasoning_encrypted.sse"): (None, "stop"),
+    ("openai_chat", "openrouter_error_midstream.sse"): ("provider_error", None),
+    ("openai_chat", "vllm_reasoning_finish_with_content.sse"): (None, "stop"),
+    ("openai_chat", "vllm_tool_call_finish_with_arguments.sse"): (None, "tool_use"),
+    ("openai_chat", "ollama_tool_call_without_index.sse"): (None, "tool_use"),
+    ("openai_chat", "litellm_thinking_blocks.sse"): (None, "tool_use"),
+    ("openai_chat", "litellm_parallel_calls_same_index.sse"): (None, "tool_use"),
+    ("openai_chat", "litellm_end_turn_finish_reason.sse"): (None, "stop"),
+    ("openai_chat", "oneapi_repeated_done.sse"): (None, "stop"),
+    ("openai_responses", "litellm_done_after_completed.sse"): (None, "stop"),
+    ("openai_responses", "done_before_completed.sse"): ("provider_error", None),
+    ("anthropic", "done_after_message_stop.sse"): (None, "stop"),
+    ("anthropic", "done_before_message_stop.sse"): ("provider_error", None),
 }
 
 
@@ -60,7 +75,7 @@ def test_verdict_whole_and_in_random_chunks(kind: str, name: str):
         assert error is None
         assert isinstance(events[0], Start)
         assert isinstance(events[-1], Done) and events[-1].reason == want_reason
-        assert sum(isinstance(e, Usage) for e in events) == 1
+        assert sum(isinstance(e, Usage) for e in events) == int(name != "litellm_end_turn_finish_reason.sse")
     else:
         assert isinstance(error, ProviderError) and error.kind == want_error
         assert not any(isinstance(e, Done) for e in events)
@@ -360,3 +375,134 @@ def test_non_json_data_is_a_protocol_error():
     for module in (openai_chat, openai_responses, anthropic):
         with pytest.raises(ProviderProtocolError):
             module.Fold().feed(_data("{not json"))
+
+
+# ---- gateway dialects (captures/providers/*/<gateway>_*.sse) -------------------------------------
+
+
+def _thinking(events: list) -> str:
+    return "".join(e.text for e in events if isinstance(e, ThinkingDelta))
+
+
+def _text(events: list) -> str:
+    return "".join(e.text for e in events if isinstance(e, TextDelta))
+
+
+def _ok(kind: str, name: str) -> list:
+    events, error = replay(kind, load(f"{kind}/{name}"))
+    assert error is None, error
+    return events
+
+
+def test_openrouter_reasoning_details_fold_into_thinking_and_replay_merged_and_unmodified():
+    events = _ok("openai_chat", "openrouter_reasoning_details.sse")
+    assert _thinking(events) == "The user wants the notes file. I will read it first."
+    assert _text(events) == "Reading it now."
+    assert [e for e in events if isinstance(e, ToolCallEnd)] == [ToolCallEnd(0, '{"path": "notes.txt"}')]
+    assert events[-1].replay == {
+        "kind": "openai_chat",
+        "reasoning": "The user wants the notes file. I will read it first.",
+        # the streamed fragments of index 0, joined as the non-streaming message holds them
+        "reasoning_details": [{"type": "reasoning.text", "text": "The user wants the notes file. I will read it first.",
+                               "format": "anthropic-claude-v1", "index": 0,
+                               "signature": "ErUBCkYIBhgCIkD3scripted-openrouter-signature=="}],
+    }
+    [usage] = [e for e in events if isinstance(e, Usage)]
+    assert (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.reasoning_tokens) == (1843, 61, 1536, 23)
+
+
+def test_openrouter_summary_and_encrypted_details_keep_their_own_entries():
+    events = _ok("openai_chat", "openrouter_reasoning_encrypted.sse")
+    assert _thinking(events) == "**Comparing decimals**\n\n9.8 is 9.80, larger than 9.11."
+    assert _text(events) == "9.8 is larger."
+    details = events[-1].replay["reasoning_details"]
+    assert [d["type"] for d in details] == ["reasoning.summary", "reasoning.encrypted"]
+    assert details[0]["summary"] == "**Comparing decimals**\n\n9.8 is 9.80, larger than 9.11."
+    assert details[1] == {"type": "reasoning.encrypted", "data": "gAAAAABoScripted-openrouter-encrypted-reasoning==",
+                          "id": "rs_0a1b2c3d4e5f", "format": "openai-responses-v1", "index": 1}
+
+
+def test_openrouter_midstream_error_names_the_gateway_message():
+    _, error = replay("openai_chat", load("openai_chat/openrouter_error_midstream.sse"))
+    assert isinstance(error, ProviderError) and error.retryable
+    assert "upstream connection reset" in error.message
+
+
+def test_finish_reason_error_without_an_error_object_is_a_provider_error():
+    fold = openai_chat.Fold()
+    fold.feed(_data('{"id":"x","choices":[{"index":0,"delta":{"content":"a"}}]}'))
+    with pytest.raises(ProviderError) as info:
+        fold.feed(_data('{"id":"x","choices":[{"index":0,"delta":{},"finish_reason":"error"}]}'))
+    assert not isinstance(info.value, ProviderProtocolError) and info.value.retryable
+
+
+def test_vllm_reasoning_field_and_finish_reason_on_the_last_content_chunk():
+    events = _ok("openai_chat", "vllm_reasoning_finish_with_content.sse")
+    assert _thinking(events) == "Okay, 9.11 versus 9.8. Compare tenths: 1 < 8."
+    assert _text(events) == "9.8 is larger."  # the piece on the finish chunk is kept
+    assert events[-1].replay == {"kind": "openai_chat", "reasoning": "Okay, 9.11 versus 9.8. Compare tenths: 1 < 8."}
+    [usage] = [e for e in events if isinstance(e, Usage)]
+    assert usage.cache_read_tokens is None  # prompt_tokens_details: null
+
+
+def test_vllm_finish_reason_on_the_last_argument_fragment():
+    events = _ok("openai_chat", "vllm_tool_call_finish_with_arguments.sse")
+    assert [e for e in events if isinstance(e, ToolCallEnd)] == [ToolCallEnd(0, '{"path": "notes.txt"}')]
+    assert [e.cache_read_tokens for e in events if isinstance(e, Usage)] == [896]
+
+
+def test_ollama_complete_call_without_index_and_stop_reason():
+    events = _ok("openai_chat", "ollama_tool_call_without_index.sse")
+    assert [e for e in events if isinstance(e, ToolCallStart)] == [ToolCallStart(0, "call_k1x9w2qz", "Read")]
+    assert [e for e in events if isinstance(e, ToolCallEnd)] == [ToolCallEnd(0, '{"path":"notes.txt"}')]
+    assert events[-1].reason == "tool_use" and events[-1].replay["reasoning"] == "I should look at the file. Read it."
+
+
+def test_litellm_thinking_blocks_rebuilt_with_their_signature():
+    events = _ok("openai_chat", "litellm_thinking_blocks.sse")
+    assert _thinking(events) == "Read the file before answering."  # once, from reasoning_content
+    assert events[-1].replay == {
+        "kind": "openai_chat", "reasoning_content": "Read the file before answering.",
+        "thinking_blocks": [{"type": "thinking", "thinking": "Read the file before answering.",
+                             "signature": "EqoBCkgIBxgCIkBscripted-litellm-signature=="}],
+    }
+
+
+def test_litellm_parallel_calls_sharing_index_zero_are_two_calls():
+    events = _ok("openai_chat", "litellm_parallel_calls_same_index.sse")
+    assert [(e.index, e.call_id) for e in events if isinstance(e, ToolCallStart)] == [(0, "call_5c0b7a1e"), (1, "call_9f3d2e4a")]
+    assert [e.arguments for e in events if isinstance(e, ToolCallEnd)] == ['{"path": "a.txt"}', '{"path": "b.txt"}']
+
+
+def test_anthropic_stop_reason_names_and_empty_finish_reasons():
+    events = _ok("openai_chat", "litellm_end_turn_finish_reason.sse")
+    assert _text(events) == "Hello there." and events[-1] == Done("stop")
+    fold = openai_chat.Fold()
+    events = _feed(fold, [
+        _data('{"id":"x","choices":[{"index":0,"delta":{"content":"a"},"finish_reason":""}]}'),
+        _data('{"id":"x","choices":[{"index":0,"delta":{"content":"b"},"finish_reason":"max_tokens"}]}'),
+    ])
+    assert _text(events) == "ab" and fold._finish == "length"
+
+
+def test_repeated_done_is_ignored_but_nothing_else_after_it():
+    events = _ok("openai_chat", "oneapi_repeated_done.sse")
+    assert _text(events) == "Hi!"
+    fold = openai_chat.Fold()
+    _feed(fold, sse_events(load("openai_chat/oneapi_repeated_done.sse")))
+    assert fold.feed(_data("[DONE]")) == []
+    with pytest.raises(ProviderProtocolError):
+        fold.feed(_data('{"id":"x","choices":[]}'))
+
+
+@pytest.mark.parametrize("kind,after,before,terminal", [
+    ("openai_responses", "litellm_done_after_completed.sse", "done_before_completed.sse", "response.completed"),
+    ("anthropic", "done_after_message_stop.sse", "done_before_message_stop.sse", "message_stop"),
+])
+def test_done_after_the_terminal_event_is_accepted_on_every_dialect(kind: str, after: str, before: str, terminal: str):
+    events = _ok(kind, after)
+    assert isinstance(events[-1], Done) and events[-1].reason == "stop"
+    early, error = replay(kind, load(f"{kind}/{before}"))
+    assert isinstance(error, ProviderError) and not isinstance(error, ProviderProtocolError)
+    assert "[DONE]" in error.message and terminal in error.message and "EOF" in error.message
+    assert not any(isinstance(e, Done) for e in early)

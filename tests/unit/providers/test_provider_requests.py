@@ -109,6 +109,41 @@ def test_chat_reasoning_content_only_from_own_replay_and_never_empty():
     assert build("openai_chat", items=items).body["messages"][-1] == {"role": "assistant", "content": "a"}
 
 
+OPENROUTER_DETAILS = [{"type": "reasoning.text", "text": "I should read", "signature": "SIG==", "format": "anthropic-claude-v1",
+                       "index": 0}]
+LITELLM_BLOCKS = [{"type": "thinking", "thinking": "I should read", "signature": "SIG=="}]
+
+
+def test_chat_reasoning_string_goes_back_under_the_field_it_arrived_in():
+    replay = {"kind": "openai_chat", "reasoning": "I should read"}  # vLLM >= 0.10, Ollama
+    assistant = build("openai_chat", items=transcript(replay)).body["messages"][2]
+    assert assistant["reasoning"] == "I should read" and "reasoning_content" not in assistant
+
+
+def test_chat_openrouter_reasoning_details_go_back_unmodified_on_every_assistant_message():
+    replay = {"kind": "openai_chat", "reasoning": "I should read", "reasoning_details": OPENROUTER_DETAILS}
+    messages = build("openai_chat", items=transcript(replay)).body["messages"]
+    assistant = messages[2]
+    assert assistant["reasoning_details"] == OPENROUTER_DETAILS  # every field as received, in order
+    assert "reasoning" not in assistant  # the details hold that text already
+    items = (UserItem(parts=(TextPart("q"),)), AssistantItem(text="a", replay=replay))
+    assert build("openai_chat", items=items).body["messages"][-1] == {
+        "role": "assistant", "content": "a", "reasoning_details": OPENROUTER_DETAILS}
+
+
+def test_chat_litellm_thinking_blocks_go_back_with_reasoning_content():
+    replay = {"kind": "openai_chat", "reasoning_content": "I should read", "thinking_blocks": LITELLM_BLOCKS}
+    assistant = build("openai_chat", items=transcript(replay)).body["messages"][2]
+    assert assistant["thinking_blocks"] == LITELLM_BLOCKS and assistant["reasoning_content"] == "I should read"
+    assert assistant["tool_calls"] == CHAT_TOOL_CALLS
+
+
+def test_chat_foreign_structured_reasoning_is_never_sent():
+    for replay in (REPLAY["anthropic"], {"kind": "anthropic", "reasoning_details": OPENROUTER_DETAILS}):
+        assistant = build("openai_chat", items=transcript(replay)).body["messages"][2]
+        assert not {"reasoning_details", "thinking_blocks", "reasoning", "reasoning_content"} & set(assistant)
+
+
 def test_chat_tool_calls_without_text_send_null_content():
     items = (UserItem(parts=(TextPart("q"),)), AssistantItem(tool_calls=(CALL_A,)),
              ToolResultItem("call_a", "Read", "ok"))
