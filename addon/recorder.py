@@ -31,7 +31,7 @@ from mitmproxy.hooks import UpdateHook
 
 from byok.proto import agent_pb2 as apb
 
-from .agent import connect
+from .agent import connect, drift
 from .agent.cursor.bidi import decode_bidi_append, decode_run_sse
 from .agent.run import FrameSink
 from .router import BIDI_APPEND_PATH
@@ -76,14 +76,15 @@ def client_info(request_id: str, flow: http.HTTPFlow) -> dict:
             "ts_ms": int((flow.request.timestamp_start or time.time()) * 1000)}
 
 
-def server_kind(payload: bytes, flags: int) -> str:
+def server_kind(payload: bytes, flags: int, message: apb.AgentServerMessage | None = None) -> str:
     """The kind of a down frame, named like the local run's frames (`interaction_update.text_delta`)."""
     if flags & connect.FLAG_END_STREAM:
         return "end_stream"
-    try:
-        message = apb.AgentServerMessage.FromString(payload)
-    except DecodeError:
-        return "undecodable"
+    if message is None:
+        try:
+            message = apb.AgentServerMessage.FromString(payload)
+        except DecodeError:
+            return "undecodable"
     kind = message.WhichOneof("message") or "empty"
     if kind in ("interaction_update", "kv_server_message"):
         return f"{kind}.{getattr(message, kind).WhichOneof('message')}"
@@ -104,6 +105,9 @@ class FrameWriter:
         self.max_requests = max_requests
         self._seq: OrderedDict[tuple[str, str], int] = OrderedDict()
         self._conversations: OrderedDict[str, str] = OrderedDict()
+        self._versions: OrderedDict[str, str] = OrderedDict()
+        self.drift = drift.DriftTally()
+        self._drift_logged: set[tuple] = set()
 
     def write(self, store, batch: list[Captured]) -> int:
         rows, learned = [], {}
@@ -114,6 +118,9 @@ class FrameWriter:
         for row in rows:
             row["conversation_id"] = self._conversations.get(row["request_id"])
         store.record_frames(rows)
+        tallied = self.drift.take()
+        if tallied:
+            store.record_drift(tallied)
         for request_id, conversation_id in learned.items():
             # frames of this request written before its run_request was seen
             store.db.execute(
@@ -135,6 +142,14 @@ class FrameWriter:
         elif kind is None:
             kind = server_kind(data, item.flags) if item.direction == "down" else "undecodable"
         assert request_id is not None
+        if message is None and not item.flags & connect.FLAG_END_STREAM and kind != "undecodable":
+            cls = apb.AgentServerMessage if item.direction == "down" else apb.AgentClientMessage
+            try:
+                message = cls.FromString(data)
+            except DecodeError:
+                message = None
+        if message is not None:
+            self.count_drift(store, item.direction, message, request_id, item.ts_ms)
         if item.direction == "up" and kind == "run_request" and request_id not in self._conversations:
             try:
                 message = message or apb.AgentClientMessage.FromString(data)
@@ -147,6 +162,28 @@ class FrameWriter:
             "request_id": request_id, "seq": self._next_seq(store, request_id, item.direction),
             "direction": item.direction, "ts_ms": item.ts_ms, "kind": kind, "flags": item.flags, "data": data,
         }
+
+    def count_drift(self, store, direction: str, message, request_id: str, ts_ms: int) -> None:
+        """Tally the unknown fields of one decoded frame (any transport's recorder path calls this on
+        the store thread); the first sighting of each kind of drift is logged."""
+        version = self._client_version(store, request_id)
+        for u in self.drift.observe(direction, message, request_id, client_version=version, ts_ms=ts_ms):
+            key = (direction, u.path, u.field_number, u.wire_type, version)
+            if key not in self._drift_logged and len(self._drift_logged) < 10_000:
+                self._drift_logged.add(key)
+                log.warning("[%s] protocol drift (%s, client %s): unknown %s; `cursor-byok drift` reports them all",
+                            request_id, direction, version or "version unknown", drift.describe([u]))
+
+    def _client_version(self, store, request_id: str) -> str:
+        version = self._versions.get(request_id)
+        if version is None:
+            row = store.db.execute("SELECT client_version FROM rpc_clients WHERE request_id = ?",
+                                   [request_id]).fetchone()
+            if row is None:
+                return ""  # not known (yet): RunSSE headers arrive with the stream
+            version = row[0] or ""
+            self._remember(self._versions, request_id, version)
+        return version
 
     def _next_seq(self, store, request_id: str, direction: str) -> int:
         key = (request_id, direction)

@@ -191,5 +191,29 @@ def m002_rpc_clients(db: Database) -> None:
     )
 
 
+@migrations()
+def m003_protocol_drift(db: Database) -> None:
+    """Unknown fields and oneof branches seen in agent frames (byok.agent.drift), summed per message
+    path, field number, wire type and client version."""
+    _run(
+        db,
+        """
+        CREATE TABLE protocol_drift (
+            direction TEXT NOT NULL CHECK (direction IN ('down', 'up')),
+            path TEXT NOT NULL,
+            field_number INTEGER NOT NULL,
+            wire_type INTEGER NOT NULL,
+            kind TEXT NOT NULL CHECK (kind IN ('field', 'oneof_branch')),
+            client_version TEXT NOT NULL DEFAULT '',
+            count INTEGER NOT NULL,
+            first_seen_ms INTEGER NOT NULL,
+            last_seen_ms INTEGER NOT NULL,
+            example_request_id TEXT NOT NULL,
+            PRIMARY KEY (direction, path, field_number, wire_type, kind, client_version)
+        )
+        """,
+    )
+
+
 def apply(db: Database, *, stop_before: str | None = None) -> None:
     migrations.apply(db, stop_before=stop_before)

@@ -496,6 +496,22 @@ class Store:
                     "INSERT OR IGNORE INTO rpc_clients(request_id, client_version, user_agent, ts_ms)"
                     " VALUES (:request_id, :client_version, :user_agent, :ts_ms)", row)
 
+    def record_drift(self, rows: Sequence) -> None:
+        """Add tallies of unknown protocol fields (byok.agent.drift.DriftRow) to the running sums."""
+        with self.db.atomic():
+            for r in rows:
+                self.db.execute(
+                    "INSERT INTO protocol_drift(direction, path, field_number, wire_type, kind, client_version, count,"
+                    " first_seen_ms, last_seen_ms, example_request_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    " ON CONFLICT(direction, path, field_number, wire_type, kind, client_version) DO UPDATE SET"
+                    " count = count + excluded.count,"
+                    " first_seen_ms = min(first_seen_ms, excluded.first_seen_ms),"
+                    " example_request_id = CASE WHEN excluded.last_seen_ms >= last_seen_ms"
+                    "   THEN excluded.example_request_id ELSE example_request_id END,"
+                    " last_seen_ms = max(last_seen_ms, excluded.last_seen_ms)",
+                    [r.direction, r.path, r.field_number, r.wire_type, r.kind, r.client_version, r.count,
+                     r.first_seen_ms, r.last_seen_ms, r.example_request_id])
+
     def record_frames(self, rows: Sequence[dict]) -> None:
         if rows:
             with self.db.atomic():

@@ -45,6 +45,12 @@ def for_run(request: apb.AgentRunRequest) -> RunAction:
     which = request.action.WhichOneof("action")
     handler = RUN_ACTIONS.get(which or "")
     if handler is None:
+        if which is None:  # a branch newer than our schema (or none at all): name what was sent
+            from . import drift
+
+            found = drift.describe(drift.unknowns(request.action))
+            raise ProtocolError("unknown ConversationAction branch in run_request" + (f": {found}" if found else
+                                                                                      " (the action is empty)"))
         raise ProtocolError(f"unsupported run action {which!r}")
     return handler
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from byok.proto import agent_pb2 as apb
 
-from . import connect
+from . import connect, drift
 from .cursor import updates
 from .errors import AckTimeout, InternalError, ProtocolError, RunCanceled, RunError
 
@@ -257,6 +257,9 @@ class Run:
             self.execs.on_client_message(kind, getattr(message, kind))  # type: ignore[attr-defined]
         elif kind == "conversation_action":
             action = message.conversation_action.WhichOneof("action")
+            if action is None:  # a branch newer than our schema: say so, then refuse it like any other
+                log.warning("[%s] unknown ConversationAction branch: %s", self.request_id,
+                            drift.describe(drift.unknowns(message)) or "no fields at all")
             if action == "cancel_action":
                 reason = message.conversation_action.cancel_action.reason or "canceled by the client"
                 self.cancel(RunCanceled(reason))
@@ -264,8 +267,11 @@ class Run:
                 self._refuse_mid_run(message.conversation_action, action)
         elif kind == "run_request":
             log.warning("[%s] ignoring a second run_request on a running request", self.request_id)
-        elif kind in ("client_heartbeat", "prewarm_request", None):
+        elif kind in ("client_heartbeat", "prewarm_request"):
             pass
+        elif kind is None:  # never dropped silently: a newer client sent a branch our schema lacks
+            log.warning("[%s] unknown AgentClientMessage branch ignored: %s", self.request_id,
+                        drift.describe(drift.unknowns(message)) or "an empty message")
         else:
             raise ProtocolError(f"unexpected client message {kind}")
 

@@ -1,4 +1,4 @@
-"""The `cursor-byok` command: smoke, trace, usage, captures, doctor.
+"""The `cursor-byok` command: smoke, trace, usage, captures, doctor, gc, drift.
 
 Each subcommand lives in its own module with `add_parser(subparsers)` and a `run(args) -> exit code`
 set as the parser's `func`; the modules keep heavy imports inside `run`, so `--help` stays fast.
@@ -16,6 +16,7 @@ COMMANDS = {
     "captures": "byok.cli.captures_cmd",
     "doctor": "byok.cli.doctor",
     "gc": "byok.cli.gc",
+    "drift": "byok.cli.drift",
 }
 
 
