@@ -19,10 +19,11 @@ from .agent import connect
 from .agent.clock import Clock, CountingIds, FixedClock, Ids
 from .agent.config import ProvidersFile
 from .agent.cursor.bidi import decode_bidi_append, decode_run_sse
-from .agent.errors import RunError
+from .agent.errors import AccessDenied, RunError
 from .agent.loop import Services, make_turn_factory
 from .agent.providers.io import StreamLimits, make_client
 from .agent.run import Run, RunSettings
+from .access import ClientAccess
 from .agent.runtime import Route, RouteTimeout, Runtime
 from .router import Rpc, classify
 from .stream_server import RUN_HEADER, StreamServer
@@ -34,9 +35,11 @@ ANSWERED_HERE = ("rejected", "run-probe", "answered", "status")
 
 
 class Backend:
-    def __init__(self, providers: ProvidersFile, recorder=None) -> None:
+    def __init__(self, providers: ProvidersFile, recorder=None, access: ClientAccess | None = None) -> None:
         self.providers = providers
         self.recorder = recorder
+        self.access = access
+        """Who may use the user's models (None: every client, as in unit tests)."""
         self.runtime: Runtime | None = None
         self.server: StreamServer | None = None
         self.store = None
@@ -188,10 +191,21 @@ class Backend:
         if route is Route.UPSTREAM:
             flow.metadata["byok"] = "upstream"
             return
+        if route is Route.REFUSED or not self._allowed(flow):
+            self._stream_error(flow, self._refusal(flow, request_id))
+            return
         flow.metadata["byok"] = "local"
         flow.metadata["byok_target"] = (flow.request.scheme, flow.request.host, flow.request.port)
         flow.request.headers[RUN_HEADER] = request_id
         flow.request.scheme, flow.request.host, flow.request.port = "http", "127.0.0.1", self.server.port
+
+    def _allowed(self, flow: http.HTTPFlow) -> bool:
+        return self.access is None or self.access.allows(flow)
+
+    def _refusal(self, flow: http.HTTPFlow, request_id: str) -> connect.ConnectError:
+        message = self.access.refusal(flow) if self.access is not None else "not allowed"
+        log.warning("[%s] refused: %s", request_id, message)
+        return AccessDenied(message).to_connect()
 
     @staticmethod
     def _stream_error(flow: http.HTTPFlow, error: connect.ConnectError) -> None:
@@ -212,16 +226,21 @@ class Backend:
             return
         flow.metadata["byok_request_id"] = append.request_id
         runtime = self.runtime
-        route = runtime.on_append(append.request_id, append.seqno, append.message, append.raw)
+        allowed = self._allowed(flow)
+        route = runtime.on_append(append.request_id, append.seqno, append.message, append.raw, local_allowed=allowed)
         if route is None:
             try:
                 await runtime.wait_route(append.request_id, self.settings.route_wait_s)
             except RouteTimeout as e:
                 self._unary_error(flow, connect.ConnectError(connect.Code.INVALID_ARGUMENT, str(e)))
                 return
-            route = runtime.on_append(append.request_id, append.seqno, append.message, append.raw)
+            route = runtime.on_append(append.request_id, append.seqno, append.message, append.raw,
+                                      local_allowed=allowed)
         if route is Route.UPSTREAM:
             flow.metadata["byok"] = "upstream"
+            return
+        if route is Route.REFUSED:
+            self._unary_error(flow, self._refusal(flow, append.request_id))
             return
         flow.metadata["byok"] = "answered"
         flow.response = http.Response.make(200, b"", {"content-type": "application/proto"})

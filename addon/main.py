@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .access import ClientAccess
 from .agent.config import ProvidersFile
 from .backend import Backend
 from .contentview import ContentViewRegistrar
@@ -27,13 +28,15 @@ class StoreWiring:
 def make_addons() -> list:
     providers = ProvidersFile()
     recorder = Recorder()
-    backend = Backend(providers, recorder)
+    access = ClientAccess()
+    backend = Backend(providers, recorder, access)
     return [
         Options(),
+        access,
         ContentViewRegistrar(),
         ProvidersFileAddon(providers),
         recorder,
-        ModelListInjector(providers),
+        ModelListInjector(providers, may_see_user_models=access.allows),
         StatusEndpoint(providers),
         backend,
         StoreWiring(backend, recorder),

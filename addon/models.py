@@ -286,9 +286,13 @@ class ModelListInjector:
     """Adds the user's models to AvailableModels / GetUsableModels on the Cursor hosts."""
 
     def __init__(self, providers: ProvidersFile | Callable[[], Sequence[ModelRoute]],
-                 probe: UpstreamProbe | None = None) -> None:
+                 probe: UpstreamProbe | None = None,
+                 may_see_user_models: Callable[[http.HTTPFlow], bool] | None = None) -> None:
         self._routes = (lambda: providers.models) if isinstance(providers, ProvidersFile) else providers
         self.probe = probe or UpstreamProbe()
+        self._may_see = may_see_user_models or (lambda flow: True)
+        """access.py's gate: other clients get Cursor's list as it is."""
+        self._refused_peers: set = set()
 
     def load(self, loader) -> None:
         loader.add_option(
@@ -305,7 +309,7 @@ class ModelListInjector:
         kind = self._tag(flow)
         if kind is None or flow.response is not None:
             return
-        routes = self._active_routes()
+        routes = self._active_routes(flow)
         if not routes or not self._direct_and_unconnected(flow):
             return
         host, port = flow.request.host, flow.request.port
@@ -324,7 +328,7 @@ class ModelListInjector:
         kind = model_list_flow(flow)
         if kind is None or flow.response is None or flow.metadata.get("byok_model_list_local"):
             return
-        routes = self._active_routes()
+        routes = self._active_routes(flow)
         if not routes:
             return
         resp = flow.response
@@ -356,9 +360,17 @@ class ModelListInjector:
 
     # ---- helpers ----
 
-    def _active_routes(self) -> Sequence[ModelRoute]:
-        """The models to add; none in observe mode, which leaves every byte as upstream sent it."""
+    def _active_routes(self, flow: http.HTTPFlow) -> Sequence[ModelRoute]:
+        """The models to add; none in observe mode, which leaves every byte as upstream sent it,
+        and none for a client that may not use them."""
         if getattr(ctx.options, "byok_mode", "intercept") == "observe":
+            return ()
+        if not self._may_see(flow):
+            peer = flow.client_conn.peername[0] if flow.client_conn.peername else None
+            if peer not in self._refused_peers and len(self._refused_peers) < 1024:
+                self._refused_peers.add(peer)
+                logger.warning("model list for %s left as Cursor sent it: this client may not use your models "
+                               "(not on this machine, no proxyauth)", peer)
             return ()
         return self._routes()
 

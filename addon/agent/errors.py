@@ -6,6 +6,7 @@
     ├── ConfigError             the user's config cannot serve it  -> failed_precondition, shown at once
     ├── AckTimeout              a blob SET was not ACKed in time   -> unavailable, ERROR_TIMEOUT
     ├── InternalError           our bug or a store failure         -> internal, ERROR_INTERNAL
+    ├── AccessDenied            a client that may not use the user's models -> permission_denied
     └── RunCanceled             cancel / newer run / disconnect    -> canceled (no details)
         └── ShuttingDown        the proxy stops                    -> unavailable, retryable
 
@@ -193,3 +194,17 @@ class AlreadyExists(RunError):
     """A request id that already ran (live or finished): Cursor must not get a replay."""
 
     code = Code.ALREADY_EXISTS
+
+
+class AccessDenied(RunError):
+    """A client that may not use the user's models asked for a run on one (access.py)."""
+
+    code = Code.PERMISSION_DENIED
+
+    def to_connect(self) -> ConnectError:
+        return ConnectError(
+            self.code,
+            self.message,
+            [error_details(_E.ERROR_CUSTOM_MESSAGE, title="cursor-byok: not allowed from this client",
+                           detail=self.message, retryable=False, immediate=True)],
+        )

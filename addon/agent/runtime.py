@@ -32,6 +32,8 @@ log = logging.getLogger("byok.runtime")
 class Route(enum.Enum):
     LOCAL = "local"
     UPSTREAM = "upstream"
+    REFUSED = "refused"
+    """A run on the user's model asked for by a client that may not use them (access.py)."""
 
 
 @dataclass
@@ -73,6 +75,8 @@ class Runtime:
     """request_id -> outcome of finished local runs (a second RunSSE gets already_exists)."""
     upstream: OrderedDict = field(default_factory=OrderedDict)
     """request ids routed upstream (their later appends and RunSSE pass through), most recent last."""
+    refused: OrderedDict = field(default_factory=OrderedDict)
+    """request ids whose run_request came from a client that may not use the user's models."""
     by_conversation: dict[str, Run] = field(default_factory=dict)
     closing: bool = False
 
@@ -89,6 +93,8 @@ class Runtime:
     def known_route(self, request_id: str) -> Route | None:
         if request_id in self.upstream:
             return Route.UPSTREAM
+        if request_id in self.refused:
+            return Route.REFUSED
         ch = self.channels.get(request_id)
         if ch is None or not ch.route.done():
             return Route.LOCAL if request_id in self.finished else None
@@ -99,6 +105,8 @@ class Runtime:
             return Route.LOCAL
         if request_id in self.upstream:
             return Route.UPSTREAM
+        if request_id in self.refused:
+            return Route.REFUSED
         ch = self.channel(request_id)
         try:
             return await asyncio.wait_for(asyncio.shield(ch.route), timeout)
@@ -109,10 +117,11 @@ class Runtime:
                 f"timed out after {timeout:g} s waiting for the run_request of request {request_id}"
             ) from None
 
-    def _decide(self, ch: RequestChannel, request: apb.AgentRunRequest) -> Route:
+    def _decide(self, ch: RequestChannel, request: apb.AgentRunRequest, local_allowed: bool) -> Route:
         model_id = requested_model_id(request)
         local = not self.observe and not self.closing and bool(model_id) and self.is_user_model(model_id)
-        route = Route.LOCAL if local else Route.UPSTREAM
+        route = Route.UPSTREAM if not local else Route.LOCAL if local_allowed else Route.REFUSED
+        local = route is Route.LOCAL
         if local:
             ch.run = Run(
                 ch.request_id,
@@ -123,30 +132,37 @@ class Runtime:
             # the run_request may sit behind a seqno gap that never fills: do not keep the run forever
             asyncio.get_running_loop().call_later(self.settings.stream_attach_timeout_s, self._expire_unstarted, ch)
         ch.route.set_result(route)
-        if route is Route.UPSTREAM:  # only the decision is needed from now on (bounded memory)
+        if route is not Route.LOCAL:  # only the decision is needed from now on (bounded memory)
             self.channels.pop(ch.request_id, None)
-            self.upstream[ch.request_id] = None
-            while len(self.upstream) > self.max_finished:
-                self.upstream.popitem(last=False)
+            decided = self.upstream if route is Route.UPSTREAM else self.refused
+            decided[ch.request_id] = None
+            while len(decided) > self.max_finished:
+                decided.popitem(last=False)
         log.info("[%s] model %r -> %s", ch.request_id, model_id, route.value)
         return route
 
     # ---- appends ---------------------------------------------------------------------------------
 
-    def on_append(self, request_id: str, seqno: int, message: apb.AgentClientMessage, raw: bytes) -> Route | None:
+    def on_append(self, request_id: str, seqno: int, message: apb.AgentClientMessage, raw: bytes, *,
+                  local_allowed: bool = True) -> Route | None:
         """Take one decoded append. Returns the route if known (the caller passes UPSTREAM appends
-        on untouched, or waits when None)."""
-        if request_id in self.finished and request_id not in self.channels:
-            return Route.LOCAL  # a late append for a run that ended: accepted, nothing to do
+        on untouched, refuses REFUSED ones, or waits when None). `local_allowed` is False for a
+        client that may not use the user's models: its appends never reach a local run."""
         if request_id in self.upstream:
             return Route.UPSTREAM
+        if request_id in self.refused:
+            return Route.REFUSED
+        if request_id in self.finished and request_id not in self.channels:
+            return Route.LOCAL if local_allowed else Route.REFUSED  # a late append for a run that ended
         ch = self.channel(request_id)
         if not ch.route.done():
             if message.WhichOneof("message") != "run_request":
                 return None
-            self._decide(ch, message.run_request)
+            self._decide(ch, message.run_request, local_allowed)
         route = ch.route.result()
-        if route is Route.UPSTREAM or ch.run is None:
+        if route is Route.LOCAL and not local_allowed:
+            return Route.REFUSED
+        if route is not Route.LOCAL or ch.run is None:
             return route
         run = ch.run
         if message.WhichOneof("message") == "client_heartbeat" and run.stream_attached and not run.terminal:

@@ -239,6 +239,28 @@ def check_proxy(proxy: str, pem: bytes | None, timeout: float = 2.0) -> Check:
         "sure Cursor trusts THAT CA"])
 
 
+def check_listener(proxy: str) -> Check:
+    """Flags a proxy port other machines can reach (issue 10.1): they could run turns on your keys."""
+    from byok.access import is_loopback
+
+    from .listeners import listening_hosts
+
+    port = urlsplit(proxy if "://" in proxy else "http://" + proxy).port or 8080
+    hosts = listening_hosts(port)
+    if hosts is None:
+        return Check("listener", "info", f"cannot tell on this OS which addresses port {port} listens on")
+    if not hosts:
+        return Check("listener", "info", f"nothing listens on port {port} on this machine")
+    exposed = sorted({h for h in hosts if not is_loopback(h)})
+    if not exposed:
+        return Check("listener", "ok", f"port {port} listens on {', '.join(sorted(set(hosts)))} only: "
+                     "other machines cannot reach it")
+    return Check("listener", "warn", f"port {port} listens on {', '.join(exposed)}: OTHER MACHINES CAN REACH "
+                 "it; only clients that pass proxyauth get your models there", [
+                     "restart without --listen-host (the default is 127.0.0.1), or set --proxyauth and put the "
+                     "credentials in Cursor's http.proxy (docs/cursor-setup.md)"])
+
+
 def _served_ca(proxy: str, timeout: float) -> bytes | None:
     """mitmproxy answers http://mitm.it/cert/pem itself (onboarding app); None if this one does not."""
     import httpx
@@ -356,7 +378,7 @@ def run(args: argparse.Namespace) -> int:
     checks = [
         ca, check_trust(pem, os_name, args.system_ca_bundle, confdir),
         check_providers(args.config or default_config(), served),
-        db_check, check_proxy(proxy, pem, args.timeout), check_traffic(facts, args.recent),
+        db_check, check_proxy(proxy, pem, args.timeout), check_listener(proxy), check_traffic(facts, args.recent),
         *check_cursor_settings(settings_path, proxy),
     ]
     out = console()

@@ -50,6 +50,10 @@ class Proxy:
     extra_scripts: list[str] = field(default_factory=list)
     binary: str = "mitmdump"
     """mitmdump, or mitmweb (no browser; web UI and REST API on 127.0.0.1:web_port)."""
+    listen_host: str | None = "127.0.0.1"
+    """--listen-host; None leaves it to the addon (its loopback default)."""
+    host: str = "127.0.0.1"
+    """The address the proxy reported it listens on."""
     process: subprocess.Popen | None = None
     port: int = 0
     web_port: int = 0
@@ -78,7 +82,7 @@ class Proxy:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def web_url(self) -> str:
@@ -93,7 +97,9 @@ class Proxy:
         args = [str(Path(MITMDUMP).with_name(self.binary)), "-s", str(ROOT / "addon" / "cursor_byok.py")]
         for script in self.extra_scripts:
             args += ["-s", script]
-        args += ["--listen-host", "127.0.0.1", "--listen-port", "0", "--set", f"confdir={self.confdir}"]
+        if self.listen_host is not None:
+            args += ["--listen-host", self.listen_host]
+        args += ["--listen-port", "0", "--set", f"confdir={self.confdir}"]
         if self.binary == "mitmweb":
             self.web_port = self.web_port or free_port()
             opts = {"web_open_browser": "false", "web_host": "127.0.0.1", "web_port": self.web_port, **opts}
@@ -107,11 +113,11 @@ class Proxy:
         offset = len(self.log())
         while time.monotonic() - t0 < timeout:
             text = self.log()[offset:] if offset <= len(self.log()) else self.log()
-            listen = re.search(r"proxy listening at 127\.0\.0\.1:(\d+)", text)
+            listen = re.search(r"proxy listening at ([\d.]+):(\d+)", text)
             ready = re.search(r"cursor-byok ready: .* stream server 127\.0\.0\.1:(\d+)", text)
             web = self.binary != "mitmweb" or re.search(r"Web server listening at http://127\.0\.0\.1:\d+/", text)
             if listen and ready and web:
-                self.port, self.stream_port = int(listen.group(1)), int(ready.group(1))
+                self.host, self.port, self.stream_port = listen.group(1), int(listen.group(2)), int(ready.group(1))
                 self.ready_s = time.monotonic() - t0
                 return self
             if self.process.poll() is not None:

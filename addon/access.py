@@ -1,0 +1,172 @@
+"""Who may use the user's models: closed to the network unless the user opens it.
+
+- mitmproxy listens on loopback unless the user chose `listen_host` (mitmproxy's own default is every
+  interface). The default is set while the script loads, which mitmproxy 11 does before it binds its
+  servers; `running` checks the bound addresses anyway and rebinds if that ever changes.
+- A client may start local runs and sees the user's models when it passed mitmproxy's `proxyauth`, or
+  when it reached a loopback-bound listener from a loopback address (it is on this machine). Anyone
+  else (a listener on another address, no proxyauth) gets Cursor's own service only: runs on the
+  user's models are refused with a Connect error, model lists are left as Cursor's backend sent them.
+- `authenticated_user(flow)` is the one place that reads the proxyauth identity of a flow.
+
+The decision is pure (`may_use_user_models`) so it can be tested with any addresses.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import Iterable
+
+from mitmproxy import ctx, http, optmanager
+from mitmproxy.proxy import mode_specs
+
+log = logging.getLogger("byok.access")
+
+LOOPBACK_DEFAULT = "127.0.0.1"
+ALL_INTERFACES = ("", "0.0.0.0", "::")
+NO_LISTENER_MODES = (mode_specs.LocalMode, mode_specs.OsProxyMode)
+"""Modes that capture this machine's own processes instead of accepting connections."""
+
+
+# ---- the decision (pure) -------------------------------------------------------------------------
+
+
+def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        ip = ipaddress.ip_address(host.strip("[]").split("%", 1)[0])
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped  # ::ffff:127.0.0.1 on a dual-stack socket
+    return ip
+
+
+def is_loopback(host: str | None) -> bool:
+    """127.0.0.0/8, ::1 (also IPv4-mapped) or the name `localhost`; '' (every interface) is not."""
+    if not host:
+        return False
+    if host.lower().rstrip(".") == "localhost":
+        return True
+    ip = _ip(host)
+    return ip is not None and ip.is_loopback
+
+
+def listener_is_loopback(bind_host: str, local_addr: str | None = None) -> bool:
+    """Whether a listener bound to `bind_host` accepts connections only from this machine.
+
+    A host name binds the addresses it resolves to, so the connection's own local address tells."""
+    if bind_host in ALL_INTERFACES:
+        return False
+    if _ip(bind_host) is not None or bind_host.lower().rstrip(".") == "localhost":
+        return is_loopback(bind_host)
+    return is_loopback(local_addr)
+
+
+def may_use_user_models(bind_host: str | None, peer: str | None, user: str | None, *,
+                        local_addr: str | None = None) -> bool:
+    """May this client start local runs and see the user's models?
+
+    bind_host: the address its listener is bound to ('' = every interface), None when the mode has no
+    listener (local redirect: this machine's own processes). peer: the client's address. user: the
+    name it passed proxyauth with, None if it did not."""
+    if user is not None:
+        return True
+    if bind_host is None:
+        return True
+    return listener_is_loopback(bind_host, local_addr) and is_loopback(peer)
+
+
+def describe_exposure(listen_addrs: Iterable[tuple[str, int]], proxyauth: str | None) -> tuple[bool, str]:
+    """(exposed, one log line) for the addresses the proxy is bound to."""
+    addrs = [(host, port) for host, port, *_ in listen_addrs]
+    shown = ", ".join(f"[{h}]:{p}" if ":" in h else f"{h or '*'}:{p}" for h, p in addrs) or "no address"
+    exposed = [a for a in addrs if not is_loopback(a[0])]
+    if not exposed:
+        return False, (f"the proxy listens on {shown}: only this machine can reach it; "
+                       "your models and local runs serve local clients")
+    who = ("clients that pass proxyauth" if proxyauth
+           else "clients on this machine (proxyauth is not set, so no other machine)")
+    return True, (f"the proxy listens on {shown}: OTHER MACHINES CAN REACH IT. Your models and local runs "
+                  f"(your API keys) are served only to {who}; everything else passes to Cursor as usual. "
+                  f"Listen on {LOOPBACK_DEFAULT} unless you mean to share it (docs/cursor-setup.md)")
+
+
+# ---- flows ---------------------------------------------------------------------------------------
+
+
+def authenticated_user(flow: http.HTTPFlow) -> str | None:
+    """The user name this flow's client passed mitmproxy's proxyauth with, or None.
+
+    mitmproxy's ProxyAuth addon stores (user, password) in `flow.metadata["proxyauth"]`, for the
+    CONNECT and for every request inside that tunnel (it runs before script addons)."""
+    creds = flow.metadata.get("proxyauth")
+    if isinstance(creds, (tuple, list)) and creds and isinstance(creds[0], str):
+        return creds[0]
+    return None
+
+
+def flow_bind_host(flow: http.HTTPFlow) -> str | None:
+    mode = flow.client_conn.proxy_mode
+    if isinstance(mode, NO_LISTENER_MODES):
+        return None
+    return mode.listen_host(ctx.options.listen_host)
+
+
+def flow_may_use_user_models(flow: http.HTTPFlow) -> bool:
+    conn = flow.client_conn
+    return may_use_user_models(
+        flow_bind_host(flow), _host(conn.peername), authenticated_user(flow), local_addr=_host(conn.sockname))
+
+
+def refusal_message(flow: http.HTTPFlow) -> str:
+    peer = _host(flow.client_conn.peername) or "this client"
+    return (f"cursor-byok serves your own models only to clients on this machine or clients that passed the "
+            f"proxy's authentication (proxyauth); {peer} connected from elsewhere without it. Set proxyauth "
+            f"and the credentials in Cursor's http.proxy, or use the proxy from this machine")
+
+
+def _host(address) -> str | None:
+    return address[0] if address else None
+
+
+# ---- the addon -----------------------------------------------------------------------------------
+
+
+class ClientAccess:
+    """Loopback by default, a start-up line saying who can reach the proxy, and the per-flow gate."""
+
+    def __init__(self) -> None:
+        self.defaulted = False
+        """True when this addon chose listen_host (the user did not)."""
+
+    def configure(self, updated: set[str]) -> None:
+        if "listen_host" not in updated or self.defaulted:
+            return
+        if ctx.options._options["listen_host"].value is optmanager.unset:  # not set by flag, --set or config
+            self.defaulted = True
+            ctx.options.update(listen_host=LOOPBACK_DEFAULT)
+
+    async def running(self) -> None:
+        proxyserver = ctx.master.addons.get("proxyserver")
+        if proxyserver is None:
+            return
+        if self.defaulted and ctx.options.listen_host == LOOPBACK_DEFAULT:
+            await self._rebind_if_exposed(proxyserver)
+        exposed, line = describe_exposure(proxyserver.listen_addrs(), ctx.options.proxyauth)
+        log.log(logging.WARNING if exposed else logging.INFO, "cursor-byok: %s", line)
+
+    @staticmethod
+    async def _rebind_if_exposed(proxyserver) -> None:
+        """Servers bound before the default applied (a load order mitmproxy does not promise) rebind."""
+        stale = [s for s in proxyserver.servers
+                 if s.mode.custom_listen_host is None and any(not is_loopback(a[0]) for a in s.listen_addrs)]
+        if not stale:
+            return
+        log.warning("cursor-byok: the proxy bound every interface before the loopback default applied; rebinding")
+        modes = [s.mode for s in proxyserver.servers]
+        await proxyserver.servers.update([m for m in modes if all(m is not s.mode for s in stale)])
+        await proxyserver.servers.update(modes)
+
+    allows = staticmethod(flow_may_use_user_models)
+    refusal = staticmethod(refusal_message)

@@ -1,0 +1,53 @@
+"""A Cursor-like client run as its own process (e.g. inside a network namespace, "another machine").
+
+    python -m tests.support.remote_client --proxy http://[user:pass@]HOST:PORT --ca CA --model ID
+
+Fetches AvailableModels through the proxy, then runs one agent turn on `--model`, and prints one
+JSON object: {"models": {"status", "names"} | {"error"}, "turn": {"status", "end_error", "text"} |
+{"error"}}. Connection-level failures (e.g. a 407 on CONNECT) are reported as "error" strings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import ssl
+
+import httpx
+
+from byok.cli.client import CursorClient, user_turn_request
+from byok.proto import aiserver_pb2 as spb
+
+MODELS_PATH = "/aiserver.v1.AiService/AvailableModels"
+
+
+async def main(args: argparse.Namespace) -> dict:
+    out: dict = {}
+    verify = ssl.create_default_context(cafile=args.ca)
+    async with httpx.AsyncClient(proxy=args.proxy, verify=verify, trust_env=False, timeout=20) as http:
+        try:
+            response = await http.post("https://api2.cursor.sh" + MODELS_PATH, content=b"",
+                                       headers={"content-type": "application/proto"})
+            names = list(spb.AvailableModelsResponse.FromString(response.content).model_names) \
+                if response.status_code == 200 else []
+            out["models"] = {"status": response.status_code, "names": names}
+        except httpx.HTTPError as e:
+            out["models"] = {"error": f"{type(e).__name__}: {e}"}
+    try:
+        async with CursorClient(args.proxy, args.ca, timeout_s=30) as client:
+            result = await client.run(user_turn_request("hello from afar", model_id=args.model))
+            error = result.end_error
+            out["turn"] = {"status": result.status, "text": result.text(),
+                           "end_error": None if error is None else {"code": error.code.value, "message": error.message}}
+    except httpx.HTTPError as e:
+        out["turn"] = {"error": f"{type(e).__name__}: {e}"}
+    return out
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--proxy", required=True)
+    parser.add_argument("--ca", required=True)
+    parser.add_argument("--model", required=True)
+    print(json.dumps(asyncio.run(main(parser.parse_args()))))
