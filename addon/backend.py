@@ -128,7 +128,7 @@ class Backend:
     # ---- hooks ---------------------------------------------------------------------------------
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
-        if self.settings is None or classify(flow, self.settings) is None:
+        if self.settings is None or classify(flow, self.settings) in (None, Rpc.RUN):
             flow.request.stream = True  # not ours: straight through, never buffered
 
     async def request(self, flow: http.HTTPFlow) -> None:
@@ -154,7 +154,7 @@ class Backend:
         if target:  # show the real host again (the request already went to the loopback server)
             flow.request.scheme, flow.request.host, flow.request.port = target
             flow.request.headers.pop(RUN_HEADER, None)
-        if self.settings is None or classify(flow, self.settings) is not Rpc.MODEL_LIST:
+        if self.settings is None or classify(flow, self.settings) not in (Rpc.MODEL_LIST, Rpc.SERVER_CONFIG):
             if self.recorder is not None and classify(flow, self.settings) is Rpc.RUN_SSE:
                 flow.response.stream = self.recorder.tee_response(flow)
             else:

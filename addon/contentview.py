@@ -6,7 +6,9 @@ mitmweb, mitmproxy and mitmdump pick it automatically (their "auto" view) for:
   as JSON with its `ErrorDetails` decoded; gzip frames inflated; an incomplete tail (a stream still
   running, or cut) shown as such;
 - RunSSE requests (`BidiRequestId`) and BidiAppend requests (request id, seqno, and the hex `data`
-  decoded as an `AgentClientMessage`), unary or enveloped.
+  decoded as an `AgentClientMessage`), unary or enveloped;
+- GetServerConfig and GetDefaultModelForCli (unary calls cursor-byok may rewrite): the message as
+  JSON, unknown fields numbered.
 Other `application/connect+*` bodies get the envelope listing without message types.
 
 The renderers are pure functions (bytes -> lines of `(style, text)`), testable without mitmproxy;
@@ -406,6 +408,37 @@ def _append_lines(payload: bytes) -> list[Line]:
     return [head, line, [("text", "    "), ("text", body)]]
 
 
+UNARY_MESSAGES: dict[str, tuple[type[Message], type[Message]]] = {
+    "/aiserver.v1.ServerConfigService/GetServerConfig": (spb.GetServerConfigRequest, spb.GetServerConfigResponse),
+    "/aiserver.v1.AiService/GetServerConfig": (spb.GetServerConfigRequest, spb.GetServerConfigResponse),
+    "/aiserver.v1.AiService/GetDefaultModelForCli": (
+        spb.GetDefaultModelForCliRequest, spb.GetDefaultModelForCliResponse),
+}
+"""Unary RPCs whose bodies the view decodes: path -> (request, response) message classes."""
+
+
+def render_unary(body: bytes, message_class: type[Message], content_type: str | None = None) -> list[Line]:
+    """A unary Connect body: protobuf (`application/proto`), enveloped, or JSON shown as is."""
+    ctype = (content_type or "").split(";", 1)[0].strip().lower()
+    if ctype == "application/json":
+        try:
+            return [[("text", compact(json.loads(body or b"{}")))]]
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            return [[("error", f"not JSON: {e}")], [("text", short_bytes(body))]]
+    if ctype.startswith("application/connect+"):
+        return list(iter_envelopes(body, message_class.FromString, {}))
+    try:
+        message = message_class.FromString(body)
+    except DecodeError as e:
+        return [[("error", f"not a {message_class.DESCRIPTOR.full_name}: {e}")], [("text", short_bytes(body))]]
+    unknown: list[str] = []
+    rendered = message_json(message, unknown)
+    head: Line = [("highlight", message_class.DESCRIPTOR.full_name), ("text", f"  {len(body)} bytes")]
+    if unknown:
+        head.append(("error", f"  unknown fields: {', '.join(unknown)}"))
+    return [head] + [[("text", "    "), ("text", f"{key}: {compact(value)}")] for key, value in rendered.items()]
+
+
 def describe_stream(data: bytes, what: str) -> str:
     """The view's title line: frame count, end-stream state, incomplete tail."""
     frames, tail = connect.split_envelopes(data)
@@ -423,7 +456,8 @@ def describe_stream(data: bytes, what: str) -> str:
 
 
 def _target(flow: Any, http_message: Any, content_type: str | None) -> str | None:
-    """Which body this is: 'run_sse_request' | 'run_sse_response' | 'bidi_append' | 'connect' | None."""
+    """Which body this is: 'run_sse_request' | 'run_sse_response' | 'bidi_append' | 'unary_request'
+    | 'unary_response' | 'connect' | None."""
     if isinstance(http_message, http.Message) and flow is not None and getattr(flow, "request", None) is not None:
         path = flow.request.path.split("?", 1)[0]
         is_request = isinstance(http_message, http.Request)
@@ -431,6 +465,8 @@ def _target(flow: Any, http_message: Any, content_type: str | None) -> str | Non
             return "run_sse_request" if is_request else "run_sse_response"
         if path == BIDI_APPEND_PATH and is_request:
             return "bidi_append"
+        if path in UNARY_MESSAGES:
+            return "unary_request" if is_request else "unary_response"
     if content_type and content_type.startswith("application/connect+"):
         return "connect"
     return None
@@ -446,6 +482,11 @@ class CursorAgentView(contentviews.View):
             return "Cursor Agent: BidiAppend", iter(render_bidi_append(data, content_type))
         if target == "run_sse_request":
             return describe_stream(data, "Cursor Agent: RunSSE request"), iter(render_run_sse_request(data))
+        if target in ("unary_request", "unary_response"):
+            path = flow.request.path.split("?", 1)[0]
+            message_class = UNARY_MESSAGES[path][0 if target == "unary_request" else 1]
+            title = f"Cursor: {path.rsplit('/', 1)[-1]} {target.split('_')[1]}"
+            return title, iter(render_unary(data, message_class, content_type))
         if target in ("run_sse_response", None) and not data:
             return "Cursor Agent: RunSSE response: no bytes yet", iter([])
         if target == "connect":

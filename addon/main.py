@@ -11,6 +11,7 @@ from .options import Options
 from .providers_file import ProvidersFileAddon
 from .recorder import Recorder
 from .status import StatusEndpoint
+from .server_config import ServerConfigRewriter
 
 
 class StoreWiring:
@@ -38,6 +39,7 @@ def make_addons() -> list:
         recorder,
         ModelListInjector(providers, may_see_user_models=access.allows),
         StatusEndpoint(providers),
+        ServerConfigRewriter(),
         backend,
         StoreWiring(backend, recorder),
     ]

@@ -1,9 +1,11 @@
 """Model picker injection: the user's models appended to Cursor's model-list responses.
 
-Owns the four model-list RPC paths (and nothing else knows them):
+Owns the model-list RPC paths (and nothing else knows them):
 
     /aiserver.v1.AiService/AvailableModels   /agent.v1.AgentService/AvailableModels
     /aiserver.v1.AiService/GetUsableModels   /agent.v1.AgentService/GetUsableModels
+    /aiserver.v1.AiService/GetDefaultModelForCli   (the Cursor CLI's default model)
+    /aiserver.v1.CppService/AvailableModels        (only when it has the AvailableModels shape)
 
 The upstream answer is kept byte for byte; the user's models are appended as encoded repeated
 fields (protobuf merges repeated fields across concatenated bytes, so unknown fields from newer
@@ -11,6 +13,12 @@ servers survive untouched, DESIGN §3). A unary body (`application/proto`) has n
 enveloped one (`application/connect+proto`) gets its first data message extended and its length
 fixed. HTTP content-encoding is undone and redone by mitmproxy (`Message.content`); the Connect
 envelope flag 0x01 (gzip) is undone and redone here.
+
+GetDefaultModelForCli answers one model, not a list: its `model` field is replaced (every other
+byte kept) only when `byok_cli_default_model` names one of the user's models. CppService's
+AvailableModels is Tab's list in the answers peers have seen (`AvailableCppModelsResponse`, whose
+field 2 is a string); it is left alone unless its body reads as an AvailableModelsResponse
+(PROTOCOL 10.1).
 
 If the upstream cannot be reached, the call is answered locally with the user's models alone.
 mitmproxy cannot answer a flow from its `error` hook (verified with mitmdump 11.0.2: the client
@@ -34,6 +42,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Literal
 
+from google.protobuf.message import DecodeError
 from mitmproxy import ctx, http
 from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 
@@ -43,6 +52,7 @@ from byok.agent.connect import (
     split_envelopes,
 )
 from byok.proto import agent_pb2, aiserver_pb2
+from byok.protowire import WireError, encode_len, iter_fields, replace_field
 
 logger = logging.getLogger("byok.models")
 
@@ -62,6 +72,10 @@ class ModelList(enum.Enum):
     """aiserver.v1.GetUsableModelsResponse{models: aiserver.v1.ModelDetails}"""
     USABLE_AGENT = "GetUsableModels(agent.v1)"
     """agent.v1.GetUsableModelsResponse{models: agent.v1.ModelDetails}"""
+    CLI_DEFAULT = "GetDefaultModelForCli"
+    """aiserver.v1.GetDefaultModelForCliResponse{model: aiserver.v1.ModelDetails}"""
+    CPP_AVAILABLE = "AvailableModels(CppService)"
+    """Injected like AVAILABLE, but only into a body with the AvailableModelsResponse shape."""
 
 
 MODEL_LIST_PATHS: dict[str, ModelList] = {
@@ -69,6 +83,8 @@ MODEL_LIST_PATHS: dict[str, ModelList] = {
     "/agent.v1.AgentService/AvailableModels": ModelList.AVAILABLE,
     "/aiserver.v1.AiService/GetUsableModels": ModelList.USABLE_AISERVER,
     "/agent.v1.AgentService/GetUsableModels": ModelList.USABLE_AGENT,
+    "/aiserver.v1.AiService/GetDefaultModelForCli": ModelList.CLI_DEFAULT,
+    "/aiserver.v1.CppService/AvailableModels": ModelList.CPP_AVAILABLE,
 }
 
 
@@ -158,9 +174,53 @@ def append_usable_models(upstream_payload: bytes, routes: Iterable[ModelRoute], 
 
 
 def model_list_tail(kind: ModelList, routes: Sequence[ModelRoute]) -> bytes:
-    if kind is ModelList.AVAILABLE:
+    if kind in (ModelList.AVAILABLE, ModelList.CPP_AVAILABLE):
         return available_models_tail(routes)
+    if kind is ModelList.CLI_DEFAULT:
+        return cli_default_field(routes[0]) if routes else b""
     return usable_models_tail(routes, service="agent" if kind is ModelList.USABLE_AGENT else "aiserver")
+
+
+def cli_default_field(route: ModelRoute) -> bytes:
+    """GetDefaultModelForCliResponse.model (1) naming the user's model by its public id."""
+    return encode_len(1, aiserver_pb2.ModelDetails(model_name=route.public_id).SerializeToString())
+
+
+def set_cli_default(upstream_payload: bytes, route: ModelRoute) -> bytes:
+    """The upstream GetDefaultModelForCliResponse with only its `model` replaced."""
+    return replace_field(upstream_payload, 1, cli_default_field(route))
+
+
+def pick_cli_default(routes: Sequence[ModelRoute], wanted: str) -> ModelRoute | None:
+    """The user's model `byok_cli_default_model` names: public id, model id or display name."""
+    wanted = wanted.strip()
+    if not wanted:
+        return None
+    for key in (lambda r: r.public_id, lambda r: r.model_id, lambda r: r.display_name, picker_name):
+        for route in routes:
+            if key(route) == wanted:
+                return route
+    return None
+
+
+def has_available_models_shape(payload: bytes) -> bool:
+    """Whether a payload reads as an AvailableModelsResponse with at least one named model:
+    every field-2 entry is a well-formed AvailableModel with a name. Tab's AvailableCppModels
+    (field 2 = the default model's name as a string) fails this."""
+    try:
+        entries = [f for f in iter_fields(payload) if f.number == 2]
+    except WireError:
+        return False
+    if not entries or any(f.wire_type != 2 for f in entries):
+        return False
+    for entry in entries:
+        try:
+            model = aiserver_pb2.AvailableModelsResponse.AvailableModel.FromString(entry.value(payload))
+        except DecodeError:
+            return False
+        if not model.name:
+            return False
+    return True
 
 
 # ---- framing ------------------------------------------------------------------------------------
@@ -197,14 +257,58 @@ def append_to_first_message(body: bytes, tail: bytes) -> bytes:
     return bytes(out)
 
 
-def inject_body(kind: ModelList, body: bytes, routes: Sequence[ModelRoute], *, enveloped: bool) -> bytes:
-    """The upstream body (HTTP content-encoding already undone) with the user's models added."""
+def inject_body(kind: ModelList, body: bytes, routes: Sequence[ModelRoute], *, enveloped: bool,
+                cli_default: ModelRoute | None = None) -> bytes:
+    """The upstream body (HTTP content-encoding already undone) with the user's models added.
+    GetDefaultModelForCli changes only when `cli_default` is given; CppService's list only when
+    it has the AvailableModels shape."""
+    if kind is ModelList.CLI_DEFAULT:
+        if cli_default is None:
+            return body
+        return transform_first_message(body, lambda p: set_cli_default(p, cli_default)) if enveloped \
+            else set_cli_default(body, cli_default)
+    if kind is ModelList.CPP_AVAILABLE:
+        payload = first_message(body) if enveloped else body
+        if payload is None or not has_available_models_shape(payload):
+            return body
     tail = model_list_tail(kind, routes)
     return append_to_first_message(body, tail) if enveloped else body + tail
 
 
-def local_body(kind: ModelList, routes: Sequence[ModelRoute], *, enveloped: bool) -> bytes:
-    """A whole answer holding only the user's models (the upstream is unreachable)."""
+def first_message(body: bytes) -> bytes | None:
+    """The first data message of an envelope stream (inflated), or None."""
+    frames, _ = split_envelopes(body)
+    for flags, payload in frames:
+        if not flags & FLAG_END_STREAM:
+            return gzip.decompress(payload) if flags & FLAG_COMPRESSED else payload
+    return None
+
+
+def transform_first_message(body: bytes, change: Callable[[bytes], bytes]) -> bytes:
+    """An envelope stream with its first data message replaced by `change(message)` (gzip flag
+    and every other envelope kept). Raises ValueError on a truncated body."""
+    frames, rest = split_envelopes(body)
+    if rest:
+        raise ValueError(f"truncated Connect envelope ({len(rest)} bytes left over)")
+    out = bytearray()
+    done = False
+    for flags, payload in frames:
+        if not done and not flags & FLAG_END_STREAM:
+            if flags & FLAG_COMPRESSED:
+                payload = gzip.compress(change(gzip.decompress(payload)), mtime=0)
+            else:
+                payload = change(payload)
+            done = True
+        out += HEADER.pack(flags, len(payload)) + payload
+    return bytes(out)
+
+
+def local_body(kind: ModelList, routes: Sequence[ModelRoute], *, enveloped: bool,
+               cli_default: ModelRoute | None = None) -> bytes:
+    """A whole answer holding only the user's models (the upstream is unreachable); the CLI's
+    default is `cli_default`, else the first of them."""
+    if kind is ModelList.CLI_DEFAULT and cli_default is not None:
+        routes = [cli_default]
     payload = model_list_tail(kind, routes)
     return encode_envelope(payload) + encode_end_stream() if enveloped else payload
 
@@ -301,6 +405,11 @@ class ModelListInjector:
             "connection, check with a TCP connect of at most this many milliseconds that the Cursor "
             "backend is reachable; if not, answer with your own models alone. 0 disables the check.",
         )
+        loader.add_option(
+            "byok_cli_default_model", str, "",
+            "The Cursor CLI's default model (GetDefaultModelForCli): one of your models, by public "
+            "id, model id or display name. Empty: the CLI keeps Cursor's default.",
+        )
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         self._tag(flow)
@@ -316,7 +425,7 @@ class ModelListInjector:
         known = self.probe.cached(host, port)
         if known is None and ctx.options.byok_upstream_probe_ms > 0:
             known = await self.probe.reachable(host, port, ctx.options.byok_upstream_probe_ms / 1000)
-        if known is not None and not known[0]:
+        if known is not None and not known[0] and kind is not ModelList.CPP_AVAILABLE:
             self._answer_locally(flow, kind, routes, f"{host}:{port} unreachable ({known[1]})")
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
@@ -333,7 +442,8 @@ class ModelListInjector:
             return
         resp = flow.response
         ctype = _content_type(resp.headers)
-        if resp.status_code in (502, 503, 504) and not ctype.startswith("application/"):
+        if resp.status_code in (502, 503, 504) and not ctype.startswith("application/") \
+                and kind is not ModelList.CPP_AVAILABLE:  # Tab's list is not ours to make up
             # a gateway page (CDN, corporate proxy), not a Connect answer: upstream is unreachable
             self._answer_locally(flow, kind, routes, f"upstream answered {resp.status_code} {ctype or '-'}")
             return
@@ -344,9 +454,12 @@ class ModelListInjector:
             return
         try:
             body = resp.content or b""  # mitmproxy undoes content-encoding here ...
-            new = inject_body(kind, body, routes, enveloped=ctype == ENVELOPED_TYPE)
+            new = inject_body(kind, body, routes, enveloped=ctype == ENVELOPED_TYPE,
+                              cli_default=self._cli_default(routes))
         except (ValueError, OSError, EOFError) as e:  # undecodable upstream body: leave it alone
             logger.warning("%s: cannot add user models (%s); upstream answer passed through", kind.value, e)
+            return
+        if new == body:
             return
         resp.content = new  # ... and redoes it with the upstream's encoding (and fixes content-length)
         logger.debug("%s: added %d user model(s) to %d upstream bytes", kind.value, len(routes), len(body))
@@ -374,6 +487,14 @@ class ModelListInjector:
             return ()
         return self._routes()
 
+    def _cli_default(self, routes: Sequence[ModelRoute]) -> ModelRoute | None:
+        wanted = getattr(ctx.options, "byok_cli_default_model", "")
+        route = pick_cli_default(routes, wanted)
+        if wanted and route is None:
+            logger.warning("byok_cli_default_model=%r names none of your models; the CLI keeps "
+                           "Cursor's default", wanted)
+        return route
+
     def _tag(self, flow: http.HTTPFlow) -> ModelList | None:
         kind = model_list_flow(flow)
         if kind is not None:
@@ -391,7 +512,7 @@ class ModelListInjector:
                         why: str) -> None:
         enveloped = _content_type(flow.request.headers) == ENVELOPED_TYPE
         flow.response = http.Response.make(
-            200, local_body(kind, routes, enveloped=enveloped),
+            200, local_body(kind, routes, enveloped=enveloped, cli_default=self._cli_default(routes)),
             {"content-type": ENVELOPED_TYPE if enveloped else UNARY_TYPE},
         )
         flow.metadata["byok_model_list_local"] = True

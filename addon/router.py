@@ -10,23 +10,24 @@ import enum
 
 from mitmproxy import http
 
+from .models import MODEL_LIST_PATHS
 from .options import Settings
+from .server_config import SERVER_CONFIG_PATHS
 
 RUN_SSE_PATH = "/agent.v1.AgentService/RunSSE"
 BIDI_APPEND_PATH = "/aiserver.v1.BidiService/BidiAppend"
+RUN_PATH = "/agent.v1.AgentService/Run"
+"""The HTTP/2 bidi-streaming agent RPC (PROTOCOL 10.1)."""
 RUN_PROBE_PATH = "/agent/v1/run"
-MODEL_LIST_PATHS = frozenset(
-    f"/{service}/{method}"
-    for service in ("aiserver.v1.AiService", "agent.v1.AgentService")
-    for method in ("AvailableModels", "GetUsableModels")
-)
 
 
 class Rpc(enum.Enum):
     RUN_SSE = "run_sse"
     BIDI_APPEND = "bidi_append"
+    RUN = "run"
     RUN_PROBE = "run_probe"
     MODEL_LIST = "model_list"
+    SERVER_CONFIG = "server_config"
 
 
 def classify(flow: http.HTTPFlow, settings: Settings) -> Rpc | None:
@@ -42,6 +43,10 @@ def classify(flow: http.HTTPFlow, settings: Settings) -> Rpc | None:
         return Rpc.RUN_SSE
     if path == BIDI_APPEND_PATH:
         return Rpc.BIDI_APPEND
+    if path == RUN_PATH:
+        return Rpc.RUN
     if path in MODEL_LIST_PATHS:
         return Rpc.MODEL_LIST
+    if path in SERVER_CONFIG_PATHS:
+        return Rpc.SERVER_CONFIG
     return None

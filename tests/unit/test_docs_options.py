@@ -11,7 +11,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "options.md"
 
 
 def test_every_option_is_documented_with_its_default():
-    rows = dict(re.findall(r"^\| `(byok_[a-z_]+)` \| `([^`]*)` \|", DOC.read_text(), flags=re.M))
+    rows = dict(re.findall(r"^\| `(byok_[a-z0-9_]+)` \| `([^`]*)` \|", DOC.read_text(), flags=re.M))
     with taddons.context(*make_addons()) as tctx:
         options = {n: o for n, o in tctx.options._options.items() if n.startswith("byok_")}
     assert set(rows) == set(options)

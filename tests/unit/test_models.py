@@ -512,3 +512,80 @@ def test_cursor_hosts_are_fnmatch_patterns_from_the_options():
             return before, m.is_cursor_host("API3.cursor.sh"), m.is_cursor_host("cursor.sh.evil.com")
 
     assert run(go()) == ((True, False), True, False)
+
+
+# ---- the Cursor CLI's lists (issue 14) -------------------------------------------------------------
+
+
+def upstream_cli_default() -> bytes:
+    return aiserver_pb2.GetDefaultModelForCliResponse(
+        model=aiserver_pb2.ModelDetails(model_name="auto", max_mode=False)).SerializeToString() + UNKNOWN
+
+
+def cpp_models() -> bytes:
+    """Tab's list as peers see it: AvailableCppModelsResponse{models=1 repeated string, default_model=2 string}."""
+    from byok.protowire import encode_len
+    return encode_len(1, b"fast-cpp") + encode_len(1, b"tab-2") + encode_len(2, b"fast-cpp")
+
+
+def test_cli_default_model_is_replaced_only_when_named(routes):
+    body = upstream_cli_default()
+    assert m.inject_body(m.ModelList.CLI_DEFAULT, body, routes, enveloped=False) == body
+    chosen = m.pick_cli_default(routes, "deepseek-chat")
+    out = m.inject_body(m.ModelList.CLI_DEFAULT, body, routes, enveloped=False, cli_default=chosen)
+    assert aiserver_pb2.GetDefaultModelForCliResponse.FromString(out).model.model_name == chosen.public_id
+    assert out.endswith(UNKNOWN)  # the rest of the upstream answer is kept byte for byte
+    assert m.pick_cli_default(routes, chosen.public_id) is chosen
+    assert m.pick_cli_default(routes, "DeepSeek R1 (BYOK)").model_id == "deepseek-reasoner"
+    assert m.pick_cli_default(routes, "nope") is None and m.pick_cli_default(routes, "") is None
+    enveloped = encode_envelope(body) + encode_end_stream()
+    out = m.inject_body(m.ModelList.CLI_DEFAULT, enveloped, routes, enveloped=True, cli_default=chosen)
+    assert aiserver_pb2.GetDefaultModelForCliResponse.FromString(decode_all(out)[0].payload).model.model_name \
+        == chosen.public_id
+
+
+def test_cpp_service_list_is_left_alone_unless_it_has_the_available_models_shape(routes):
+    assert not m.has_available_models_shape(cpp_models())
+    assert m.inject_body(m.ModelList.CPP_AVAILABLE, cpp_models(), routes, enveloped=False) == cpp_models()
+    shaped = upstream_available()
+    assert m.has_available_models_shape(shaped)
+    out = m.inject_body(m.ModelList.CPP_AVAILABLE, shaped, routes, enveloped=False)
+    assert out.startswith(shaped) and ids_of(AM.FromString(out))[-3:] == [r.public_id for r in routes]
+    assert not m.has_available_models_shape(b"") and not m.has_available_models_shape(b"\x12\x02\x0a\x00")
+
+
+def test_cli_hooks(routes):
+    async def go():
+        addon = m.ModelListInjector(lambda: routes, probe=StubProbe(True))
+        with taddons.context(addon) as tctx:
+            plain = make_flow("/aiserver.v1.AiService/GetDefaultModelForCli", body=upstream_cli_default())
+            cpp = make_flow("/aiserver.v1.CppService/AvailableModels", body=cpp_models())
+            for f in (plain, cpp):
+                await addon.request(f)
+                addon.response(f)
+            tctx.configure(addon, byok_cli_default_model="claude-sonnet-4-5")
+            chosen = make_flow("/aiserver.v1.AiService/GetDefaultModelForCli", body=upstream_cli_default())
+            addon.response(chosen)
+            return plain, cpp, chosen
+
+    plain, cpp, chosen = run(go())
+    assert plain.response.content == upstream_cli_default() and cpp.response.content == cpp_models()
+    model = aiserver_pb2.GetDefaultModelForCliResponse.FromString(chosen.response.content).model
+    assert model.model_name == next(r.public_id for r in routes if r.model_id == "claude-sonnet-4-5")
+
+
+def test_unreachable_upstream_cli_default_is_ours_and_tab_list_is_never_made_up(routes):
+    async def go():
+        addon = m.ModelListInjector(lambda: routes, probe=StubProbe(False))
+        with taddons.context(addon):
+            cli = make_flow("/aiserver.v1.AiService/GetDefaultModelForCli")
+            cpp = make_flow("/aiserver.v1.CppService/AvailableModels")
+            for f in (cli, cpp):
+                addon.requestheaders(f)
+                await addon.request(f)
+            return cli, cpp
+
+    cli, cpp = run(go())
+    assert aiserver_pb2.GetDefaultModelForCliResponse.FromString(cli.response.content).model.model_name \
+        == routes[0].public_id
+    assert cpp.response is None
