@@ -10,8 +10,8 @@ from .models import ModelListInjector
 from .options import Options
 from .providers_file import ProvidersFileAddon
 from .recorder import Recorder
-from .status import StatusEndpoint
 from .server_config import ServerConfigRewriter
+from .status import StatusEndpoint
 
 
 class StoreWiring:
