@@ -87,7 +87,7 @@ class Backend:
             self._gc_task = asyncio.ensure_future(self._collect_garbage(settings.gc_days))
         log.info(
             "cursor-byok ready: mode=%s, %d user model(s), db=%s, stream server 127.0.0.1:%d",
-            settings.mode, len(self.providers.models), settings.db, self.server.port,
+            settings.mode, len(self.providers.models), _shown(settings.db), self.server.port,
         )
 
     async def done(self) -> None:
@@ -251,6 +251,12 @@ class Backend:
         status, body = connect.unary_error_body(error)
         flow.response = http.Response.make(status, body, {"content-type": "application/json"})
         flow.metadata["byok"] = "rejected"
+
+
+def _shown(db) -> str:
+    from byok.store.sql import redact_url
+
+    return redact_url(db) if isinstance(db, str) else str(db)
 
 
 def _user_set() -> set[str]:

@@ -31,7 +31,8 @@ class Settings:
     """A typed snapshot of the options, for modules that must not import mitmproxy."""
 
     config: Path
-    db: Path
+    db: Path | str
+    """A SQLite path, or a postgresql:// URL (kept as given)."""
     mode: str
     record: bool
     verbose_llm: bool
@@ -59,7 +60,8 @@ class Options:
         )
         loader.add_option(
             "byok_db", str, str(DEFAULT_HOME / "byok.db"),
-            "cursor-byok SQLite database (conversations, blobs, runs, provider calls, frames). "
+            "cursor-byok database (conversations, blobs, runs, provider calls, frames): a SQLite file path, "
+            "or a postgresql://user:password@host/dbname URL (the team server; docs/team.md). "
             "Created and migrated at start.",
         )
         loader.add_option(
@@ -121,11 +123,17 @@ class Options:
             raise exceptions.OptionsError("byok_hosts must name at least one host pattern")
 
 
+def db_target(value: str) -> Path | str:
+    from byok.store.sql import is_postgres_url
+
+    return value if is_postgres_url(value) else Path(value).expanduser()
+
+
 def current() -> Settings:
     o = ctx.options
     return Settings(
         config=Path(o.byok_config).expanduser(),
-        db=Path(o.byok_db).expanduser(),
+        db=db_target(o.byok_db),
         mode=o.byok_mode,
         record=o.byok_record,
         verbose_llm=o.byok_verbose_llm,

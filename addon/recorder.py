@@ -95,7 +95,8 @@ def server_kind(payload: bytes, flags: int, message: apb.AgentServerMessage | No
 
 
 class FrameWriter:
-    """Completes and writes batches; runs on the store thread only (its maps are not shared).
+    """Completes and writes batches on a store thread; the recorder awaits one batch at a time, so
+    its maps are never used by two threads at once.
 
     seq continues from the database the first time a (request, direction) is seen, so a request
     seen again after its counters left the bounded cache still numbers on.
@@ -123,10 +124,7 @@ class FrameWriter:
             store.record_drift(tallied)
         for request_id, conversation_id in learned.items():
             # frames of this request written before its run_request was seen
-            store.db.execute(
-                "UPDATE frames SET conversation_id = ? WHERE request_id = ? AND conversation_id IS NULL",
-                [conversation_id, request_id],
-            )
+            store.fill_frame_conversation(request_id, conversation_id)
         return len(rows)
 
     def _row(self, store, item: Captured, learned: dict[str, str]) -> dict | None:
@@ -189,10 +187,7 @@ class FrameWriter:
         key = (request_id, direction)
         seq = self._seq.get(key)
         if seq is None:
-            row = store.db.execute(
-                "SELECT max(seq) FROM frames WHERE request_id = ? AND direction = ?", [request_id, direction]
-            ).fetchone()
-            seq = 0 if row is None or row[0] is None else row[0] + 1
+            seq = store.next_frame_seq(request_id, direction)
         self._remember(self._seq, key, seq + 1)
         return seq
 

@@ -1,16 +1,18 @@
-"""SQLite store (via sqlite-utils): blobs, canonical history, runs, llm calls, frames.
+"""The store: blobs, canonical history, runs, llm calls, frames; on SQLite (a path, via sqlite-utils)
+or PostgreSQL (a postgresql:// URL, via psycopg 3), behind one interface.
 
     from byok.store import Store, AsyncStore
 """
 
 from .aio import AsyncStore
+from .db import DatabaseUnavailable
 from .store import (
     BlobHashMismatch, BlobRef, GcStats, NewMessage, RunExists, RuntimeEventConflict, StaleRun, Store,
     StoreError, StoredMessage, blob_id, canonical_json, now_ms,
 )
 
 __all__ = [
-    "AsyncStore", "BlobHashMismatch", "BlobRef", "GcStats", "NewMessage", "RunExists",
+    "AsyncStore", "BlobHashMismatch", "DatabaseUnavailable", "BlobRef", "GcStats", "NewMessage", "RunExists",
     "RuntimeEventConflict", "StaleRun", "Store", "StoreError", "StoredMessage", "blob_id",
     "canonical_json", "now_ms",
 ]

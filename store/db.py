@@ -1,8 +1,12 @@
-"""Opening the SQLite database: pragmas and migrations, in one place.
+"""Opening the database: SQLite (a path) or PostgreSQL (a `postgresql://` URL), migrated, in one place.
 
-Durability: WAL with `synchronous=FULL`, so a transaction that returned is on disk even if the
+SQLite durability: WAL with `synchronous=FULL`, so a transaction that returned is on disk even if the
 machine loses power right after; a kill -9 of the proxy can never lose it (docs/benchmarks.md has
 the measured cost). Foreign keys on, and a busy timeout so a CLI reading the DB never fails a write.
+
+PostgreSQL: a psycopg 3 pool of autocommit connections (a transaction is an explicit `atomic()`),
+with the server's own durability (`synchronous_commit` as the server sets it). Migrations run under
+an advisory lock, so replicas starting together migrate once.
 """
 
 from __future__ import annotations
@@ -10,14 +14,27 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from sqlite_utils import Database
-
 from . import migrations
+from .sql import PostgresDatabase, SqliteDatabase, is_postgres_url, redact_url
 
 BUSY_TIMEOUT_MS = 5000
+POOL_MAX_SIZE = 4
+"""Connections one process may hold; also the number of store threads with PostgreSQL (aio.py)."""
+POOL_TIMEOUT_S = 30.0
 
 
-def connect(path: str | Path, *, synchronous: str = "FULL") -> Database:
+class DatabaseUnavailable(Exception):
+    """The database cannot be opened (no driver, server unreachable, bad URL)."""
+
+
+def connect(target: str | Path, *, synchronous: str = "FULL"):
+    """Open `target` (a SQLite path, or a postgresql:// URL) and apply pending migrations."""
+    if is_postgres_url(target):
+        return connect_postgres(str(target))
+    return connect_sqlite(target, synchronous=synchronous)
+
+
+def connect_sqlite(path: str | Path, *, synchronous: str = "FULL") -> SqliteDatabase:
     """Open (creating parent folders), set pragmas and apply pending migrations."""
     if str(path) != ":memory:":
         Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
@@ -27,6 +44,26 @@ def connect(path: str | Path, *, synchronous: str = "FULL") -> Database:
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute(f"PRAGMA synchronous = {synchronous}")
     conn.execute("PRAGMA foreign_keys = ON")
-    db = Database(conn)
+    db = SqliteDatabase(conn)
     migrations.apply(db)
+    return db
+
+
+def connect_postgres(url: str, *, max_size: int = POOL_MAX_SIZE, migrate: bool = True) -> PostgresDatabase:
+    try:
+        import psycopg
+        from psycopg_pool import ConnectionPool
+    except ImportError:
+        raise DatabaseUnavailable(
+            "byok_db is a PostgreSQL URL but psycopg is not installed: pip install 'cursor-byok[team]'"
+        ) from None
+    try:  # one plain connection first: a bad URL or a server that is down fails now, with libpq's reason
+        psycopg.connect(url, connect_timeout=10).close()
+    except psycopg.Error as e:
+        raise DatabaseUnavailable(f"cannot reach PostgreSQL at {redact_url(url)}: {e}") from None
+    pool = ConnectionPool(url, min_size=1, max_size=max_size, kwargs={"autocommit": True},
+                          timeout=POOL_TIMEOUT_S, open=True, name="byok")
+    db = PostgresDatabase(pool)
+    if migrate:
+        migrations.apply(db)
     return db

@@ -1,9 +1,11 @@
-"""The store: SQLite as the single source of truth for conversations.
+"""The store: the single source of truth for conversations, on SQLite or PostgreSQL.
 
-One write path: every method runs on the caller's thread against one connection; the agent uses
-`AsyncStore`, which runs them one at a time on a dedicated worker thread so the event loop never
-waits on disk. Messages and blobs are never updated in place; revisions form a parent chain;
-a run can only extend the head of a conversation it still owns (the revision fence).
+One write path: every method runs on the caller's thread (sql.py gives it the connection); the
+agent uses `AsyncStore`, which runs them on worker threads so the event loop never waits on disk.
+Messages and blobs are never updated in place; revisions form a parent chain; a run can only
+extend the head of a conversation it still owns (the revision fence). The fence is a row lock on
+the conversation (`FOR UPDATE` on PostgreSQL; SQLite's one writer), so it holds across processes
+sharing one PostgreSQL.
 """
 
 from __future__ import annotations
@@ -14,8 +16,6 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from sqlite_utils import Database
 
 from . import db as dbmod
 
@@ -92,15 +92,25 @@ class GcStats:
 
 @dataclass
 class Store:
-    db: Database
+    db: object
+    """sql.SqliteDatabase or sql.PostgresDatabase."""
     clock_ms: object = field(default=now_ms, repr=False)
 
     @classmethod
-    def open(cls, path: str | Path, **kwargs) -> "Store":
-        return cls(dbmod.connect(path, **kwargs))
+    def open(cls, target: str | Path, **kwargs) -> "Store":
+        """`target`: a SQLite path, or a postgresql:// URL."""
+        return cls(dbmod.connect(target, **kwargs))
+
+    @property
+    def dialect(self) -> str:
+        return self.db.dialect
 
     def close(self) -> None:
-        self.db.conn.close()
+        self.db.close()
+
+    def _for_update(self) -> str:
+        # SQLite has one writer per database; PostgreSQL needs the row lock to serialise writers.
+        return " FOR UPDATE" if self.db.dialect == "postgresql" else ""
 
     def _now(self) -> int:
         return self.clock_ms()  # type: ignore[operator]
@@ -122,14 +132,15 @@ class Store:
         with self.db.atomic():
             for bid, data, refs in blobs:
                 cur = self.db.execute(
-                    "INSERT OR IGNORE INTO blobs(id, data, size, created_at_ms) VALUES (?, ?, ?, ?)",
+                    "INSERT INTO blobs(id, data, size, created_at_ms) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
                     [bid, data, len(data), ts],
                 )
                 if cur.rowcount:
                     created += 1
                     for ref in refs:
                         self.db.execute(
-                            "INSERT OR IGNORE INTO blob_refs(parent, field, ordinal, child) VALUES (?, ?, ?, ?)",
+                            "INSERT INTO blob_refs(parent, field, ordinal, child) VALUES (?, ?, ?, ?)"
+                            " ON CONFLICT DO NOTHING",
                             [bid, ref.field, ref.ordinal, ref.child],
                         )
         return created
@@ -151,22 +162,23 @@ class Store:
         `extra_roots` (active runs, pending KV operations), if older than the retention period."""
         stats = GcStats()
         cutoff = self._now() - retention_ms
+        blob_type = "BYTEA" if self.db.dialect == "postgresql" else "BLOB"
         with self.db.atomic():
-            self.db.execute("CREATE TEMP TABLE IF NOT EXISTS gc_mark(id BLOB PRIMARY KEY)")
+            self.db.execute(f"CREATE TEMP TABLE IF NOT EXISTS gc_mark(id {blob_type} PRIMARY KEY)")
             self.db.execute("DELETE FROM gc_mark")
             roots: set[bytes] = set(extra_roots)
             for (ids_json,) in self.db.execute("SELECT blob_ids FROM published_states").fetchall():
                 roots.update(bytes.fromhex(h) for h in json.loads(ids_json))
             for (payload,) in self.db.execute("SELECT payload FROM messages").fetchall():
                 roots.update(bytes.fromhex(h) for h in json.loads(payload).get("blob_refs", []))
-            self.db.conn.executemany("INSERT OR IGNORE INTO gc_mark(id) VALUES (?)", [(r,) for r in roots])
+            self.db.executemany("INSERT INTO gc_mark(id) VALUES (?) ON CONFLICT DO NOTHING", [(r,) for r in roots])
             self.db.execute(
                 """
                 WITH RECURSIVE reach(id) AS (
                     SELECT id FROM gc_mark
                     UNION SELECT r.child FROM blob_refs r JOIN reach ON r.parent = reach.id
                 )
-                INSERT OR IGNORE INTO gc_mark(id) SELECT id FROM reach
+                INSERT INTO gc_mark(id) SELECT id FROM reach WHERE true ON CONFLICT DO NOTHING
                 """
             )
             stats.marked = self.db.execute("SELECT count(*) FROM gc_mark").fetchone()[0]
@@ -179,7 +191,7 @@ class Store:
                 " WHERE id NOT IN (SELECT id FROM gc_mark) AND created_at_ms < ?",
                 [cutoff],
             ).fetchone()
-            stats.swept, stats.swept_bytes = row
+            stats.swept, stats.swept_bytes = int(row[0]), int(row[1])
             self.db.execute(
                 "DELETE FROM blob_refs WHERE parent IN"
                 " (SELECT id FROM blobs WHERE id NOT IN (SELECT id FROM gc_mark) AND created_at_ms < ?)",
@@ -195,7 +207,7 @@ class Store:
     def _ensure_conversation(self, cid: str) -> None:
         ts = self._now()
         self.db.execute(
-            "INSERT OR IGNORE INTO conversations(id, created_at_ms, updated_at_ms) VALUES (?, ?, ?)",
+            "INSERT INTO conversations(id, created_at_ms, updated_at_ms) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
             [cid, ts, ts],
         )
 
@@ -221,7 +233,7 @@ class Store:
             if self.db.execute("SELECT 1 FROM runs WHERE request_id = ?", [request_id]).fetchone():
                 raise RunExists(f"run {request_id} already exists")
             previous = self.db.execute(
-                "SELECT active_request_id FROM conversations WHERE id = ?", [conversation_id]
+                "SELECT active_request_id FROM conversations WHERE id = ?" + self._for_update(), [conversation_id]
             ).fetchone()[0]
             self.db.execute(
                 "INSERT INTO runs(request_id, conversation_id, wire_run_id, model_public_id, mode, action,"
@@ -252,20 +264,21 @@ class Store:
         error_message: str | None = None, usage: dict | None = None,
     ) -> bool:
         """Record the terminal state once; a run already finished (e.g. canceled) stays as it is."""
-        cur = self.db.execute(
-            "UPDATE runs SET status = ?, error_code = ?, error_message = ?, usage = ?, finished_at_ms = ?"
-            " WHERE request_id = ? AND status = 'running'",
-            [status, error_code, error_message, None if usage is None else canonical_json(usage),
-             self._now(), request_id],
-        )
-        self.db.execute(
-            "UPDATE llm_calls SET status = ? WHERE request_id = ? AND status = 'running'",
-            ["canceled" if status == "canceled" else "abandoned", request_id],
-        )
-        if status in ("completed", "failed", "canceled"):
-            self.db.execute(
-                "UPDATE conversations SET active_request_id = NULL WHERE active_request_id = ?", [request_id]
+        with self.db.atomic():
+            cur = self.db.execute(
+                "UPDATE runs SET status = ?, error_code = ?, error_message = ?, usage = ?, finished_at_ms = ?"
+                " WHERE request_id = ? AND status = 'running'",
+                [status, error_code, error_message, None if usage is None else canonical_json(usage),
+                 self._now(), request_id],
             )
+            self.db.execute(
+                "UPDATE llm_calls SET status = ? WHERE request_id = ? AND status = 'running'",
+                ["canceled" if status == "canceled" else "abandoned", request_id],
+            )
+            if status in ("completed", "failed", "canceled"):
+                self.db.execute(
+                    "UPDATE conversations SET active_request_id = NULL WHERE active_request_id = ?", [request_id]
+                )
         return cur.rowcount == 1
 
     def run(self, request_id: str) -> dict | None:
@@ -276,7 +289,7 @@ class Store:
         if request_id is None:
             return
         row = self.db.execute(
-            "SELECT active_request_id FROM conversations WHERE id = ?", [conversation_id]
+            "SELECT active_request_id FROM conversations WHERE id = ?" + self._for_update(), [conversation_id]
         ).fetchone()
         if row is None or row[0] != request_id:
             raise StaleRun(f"run {request_id} no longer owns conversation {conversation_id}")
@@ -318,13 +331,13 @@ class Store:
                 if message_id is None:
                     message_id = self.db.execute(
                         "INSERT INTO messages(conversation_id, role, origin, payload, runtime_event_id,"
-                        " request_id, created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        " request_id, created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
                         [conversation_id, msg.role, msg.origin, payload, msg.runtime_event_id,
                          msg.request_id, ts],
-                    ).lastrowid
+                    ).fetchone()[0]
                 length += 1
                 row = self.db.execute(
-                    "SELECT id FROM revisions WHERE conversation_id = ? AND ifnull(parent_id, 0) = ?"
+                    "SELECT id FROM revisions WHERE conversation_id = ? AND coalesce(parent_id, 0) = ?"
                     " AND message_id = ?",
                     [conversation_id, revision or 0, message_id],
                 ).fetchone()
@@ -333,9 +346,9 @@ class Store:
                 else:
                     revision = self.db.execute(
                         "INSERT INTO revisions(conversation_id, parent_id, message_id, length, created_at_ms)"
-                        " VALUES (?, ?, ?, ?, ?)",
+                        " VALUES (?, ?, ?, ?, ?) RETURNING id",
                         [conversation_id, revision, message_id, length, ts],
-                    ).lastrowid
+                    ).fetchone()[0]
             if move_head:
                 self.db.execute(
                     "UPDATE conversations SET head_revision_id = ?, updated_at_ms = ? WHERE id = ?",
@@ -395,8 +408,8 @@ class Store:
         with self.db.atomic():
             self._ensure_conversation(conversation_id)
             self.db.execute(
-                "INSERT OR IGNORE INTO published_states(conversation_id, roots_digest, revision_id, blob_ids,"
-                " created_at_ms) VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO published_states(conversation_id, roots_digest, revision_id, blob_ids,"
+                " created_at_ms) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                 [conversation_id, roots_digest, revision_id, json.dumps(sorted(b.hex() for b in blob_ids)), ts],
             )
 
@@ -451,6 +464,7 @@ class Store:
         """Atomically append one result's (assistant(call), tool(result)) pair and mark the call
         complete. Returns (completion_seq, new revision)."""
         with self.db.atomic():
+            self._fence(conversation_id, fence_request_id)  # first: completions of one round queue here
             seq = self.db.execute(
                 "SELECT count(*) FROM tool_round_calls WHERE round_id = ? AND completion_seq IS NOT NULL",
                 [round_id],
@@ -477,8 +491,13 @@ class Store:
 
     def begin_llm_call(self, row: dict) -> int:
         """Persist the call (and the run's provider_call_index) before the HTTP request goes out."""
+        row = {**row, "status": "running"}
+        columns = _columns(row)
         with self.db.atomic():
-            call_id = self.db.table("llm_calls").insert({**row, "status": "running"}).last_pk
+            call_id = self.db.execute(
+                f"INSERT INTO llm_calls({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))}) RETURNING id",
+                [row[c] for c in columns],
+            ).fetchone()[0]
             self.db.execute(
                 "UPDATE runs SET provider_call_index = ? WHERE request_id = ?",
                 [row["call_index"], row["request_id"]],
@@ -486,33 +505,74 @@ class Store:
         return int(call_id)
 
     def finish_llm_call(self, call_id: int, updates: dict) -> None:
-        self.db.table("llm_calls").update(call_id, updates)
+        if updates:
+            columns = _columns(updates)
+            self.db.execute(
+                f"UPDATE llm_calls SET {', '.join(c + ' = ?' for c in columns)} WHERE id = ?",
+                [updates[c] for c in columns] + [call_id],
+            )
 
     def record_clients(self, rows: Sequence[dict]) -> None:
         """rows: {request_id, client_version, user_agent, ts_ms}; the first sighting of a request wins."""
         with self.db.atomic():
             for row in rows:
                 self.db.execute(
-                    "INSERT OR IGNORE INTO rpc_clients(request_id, client_version, user_agent, ts_ms)"
-                    " VALUES (:request_id, :client_version, :user_agent, :ts_ms)", row)
+                    "INSERT INTO rpc_clients(request_id, client_version, user_agent, ts_ms)"
+                    " VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                    [row["request_id"], row.get("client_version"), row.get("user_agent"), row["ts_ms"]])
+
+    FRAME_COLUMNS = ("request_id", "conversation_id", "seq", "direction", "ts_ms", "kind", "flags", "data")
 
     def record_drift(self, rows: Sequence) -> None:
         """Add tallies of unknown protocol fields (byok.agent.drift.DriftRow) to the running sums."""
+        least, greatest = ("least", "greatest") if self.db.dialect == "postgresql" else ("min", "max")
         with self.db.atomic():
             for r in rows:
                 self.db.execute(
-                    "INSERT INTO protocol_drift(direction, path, field_number, wire_type, kind, client_version, count,"
-                    " first_seen_ms, last_seen_ms, example_request_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    "INSERT INTO protocol_drift AS d(direction, path, field_number, wire_type, kind, client_version,"
+                    " count, first_seen_ms, last_seen_ms, example_request_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                     " ON CONFLICT(direction, path, field_number, wire_type, kind, client_version) DO UPDATE SET"
-                    " count = count + excluded.count,"
-                    " first_seen_ms = min(first_seen_ms, excluded.first_seen_ms),"
-                    " example_request_id = CASE WHEN excluded.last_seen_ms >= last_seen_ms"
-                    "   THEN excluded.example_request_id ELSE example_request_id END,"
-                    " last_seen_ms = max(last_seen_ms, excluded.last_seen_ms)",
+                    " count = d.count + excluded.count,"
+                    f" first_seen_ms = {least}(d.first_seen_ms, excluded.first_seen_ms),"
+                    " example_request_id = CASE WHEN excluded.last_seen_ms >= d.last_seen_ms"
+                    "   THEN excluded.example_request_id ELSE d.example_request_id END,"
+                    f" last_seen_ms = {greatest}(d.last_seen_ms, excluded.last_seen_ms)",
                     [r.direction, r.path, r.field_number, r.wire_type, r.kind, r.client_version, r.count,
                      r.first_seen_ms, r.last_seen_ms, r.example_request_id])
 
     def record_frames(self, rows: Sequence[dict]) -> None:
         if rows:
             with self.db.atomic():
-                self.db.table("frames").insert_all(rows)
+                self.db.executemany(
+                    f"INSERT INTO frames({', '.join(self.FRAME_COLUMNS)}) VALUES ({', '.join('?' * 8)})",
+                    [[row.get(c, 0 if c == "flags" else None) for c in self.FRAME_COLUMNS] for row in rows],
+                )
+
+    def next_frame_seq(self, request_id: str, direction: str) -> int:
+        """The next frame number of (request, direction): 0 for a request never recorded."""
+        row = self.db.execute(
+            "SELECT max(seq) FROM frames WHERE request_id = ? AND direction = ?", [request_id, direction]
+        ).fetchone()
+        return 0 if row is None or row[0] is None else row[0] + 1
+
+    def fill_frame_conversation(self, request_id: str, conversation_id: str) -> None:
+        """Frames of a request recorded before its run_request named the conversation."""
+        self.db.execute(
+            "UPDATE frames SET conversation_id = ? WHERE request_id = ? AND conversation_id IS NULL",
+            [conversation_id, request_id],
+        )
+
+    def count(self, table: str) -> int:
+        """Rows in one of the store's tables (for tests, doctor and benchmarks)."""
+        if not table.replace("_", "").isalnum():
+            raise ValueError(f"not a table name: {table!r}")
+        return int(self.db.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+
+
+def _columns(row: dict) -> list[str]:
+    """Column names of a row built by our own code; refuse anything that is not a plain name."""
+    columns = list(row)
+    for c in columns:
+        if not c.replace("_", "").isalnum():
+            raise ValueError(f"not a column name: {c!r}")
+    return columns

@@ -4,8 +4,8 @@ from byok.cli import main
 from byok.store import BlobRef, Store, blob_id
 
 
-def test_gc_sweeps_unreferenced_old_blobs(tmp_path, capsys):
-    db = tmp_path / "byok.db"
+def test_gc_sweeps_unreferenced_old_blobs(db_target, capsys):
+    db = db_target
     store = Store.open(db)
     store.clock_ms = lambda: 1_000  # long ago
     kept, child, orphan = b"root", b"child", b"orphan"
@@ -25,3 +25,10 @@ def test_gc_sweeps_unreferenced_old_blobs(tmp_path, capsys):
 def test_gc_without_a_database_is_a_clear_error(tmp_path, capsys):
     assert main(["gc", "--db", str(tmp_path / "missing.db")]) == 2
     assert "no database" in capsys.readouterr().err
+
+
+def test_gc_on_an_unreachable_server_is_a_clear_error(pg_server, capsys):
+    url = pg_server.url("no_such_database")
+    assert main(["gc", "--db", url]) == 2
+    err = capsys.readouterr().err
+    assert "cannot reach PostgreSQL" in err and "no_such_database" in err

@@ -1,6 +1,11 @@
-"""The store: migrations, blob CAS, append-only history, runtime events, the revision fence, GC."""
+"""The store: migrations, blob CAS, append-only history, runtime events, the revision fence, GC.
+
+Every test that takes `store` (or `db_target`) runs twice: on SQLite and on a real PostgreSQL server
+(tests/conftest.py starts one for the session).
+"""
 
 import hashlib
+import threading
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -14,40 +19,61 @@ from byok.store import migrations
 
 
 @pytest.fixture
-def store(tmp_path):
-    s = Store.open(tmp_path / "byok.db")
+def store(db_target):
+    s = Store.open(db_target)
     yield s
     s.close()
+
+
+@pytest.fixture
+def fresh_target(request, tmp_path_factory, db_target):
+    """A factory of new, empty store locations on the backend of `db_target` (for property tests)."""
+
+    def make() -> str:
+        if not db_target.startswith("postgresql://"):
+            return str(tmp_path_factory.mktemp("p") / "b.db")
+        return request.getfixturevalue("pg_server").create_schema_url("byok_tests")
+
+    return make
 
 
 def msg(text, **kw):
     return NewMessage("user", "runtime", {"kind": "runtime", "text": text}, **kw)
 
 
-def test_pragmas(store):
+def test_pragmas(tmp_path):
+    store = Store.open(tmp_path / "byok.db")
     conn = store.db.conn
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
     assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
     assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == dbmod.BUSY_TIMEOUT_MS
+    store.close()
 
 
-def test_first_migration_database_upgrades_to_latest(tmp_path):
-    path = tmp_path / "old.db"
+def test_first_migration_database_upgrades_to_latest(db_target):
     first = migrations.migrations._migrations[0].name
     later = [m.name for m in migrations.migrations._migrations[1:]]
-    db = Database(str(path))
-    if later:
-        migrations.migrations.apply(db, stop_before=later[0])
-    else:
-        migrations.migrations.apply(db)
-    assert [m.name for m in migrations.migrations.applied(db)] == [first]
-    db.conn.execute("INSERT INTO conversations(id, created_at_ms, updated_at_ms) VALUES ('c', 1, 1)")
-    db.conn.commit()
-    db.conn.close()
-    store = Store.open(path)  # applies the rest
-    assert [m.name for m in migrations.migrations.applied(store.db)] == [m.name for m in migrations.migrations._migrations]
+    db = dbmod.connect_postgres(db_target, migrate=False) if db_target.startswith("postgresql://") \
+        else dbmod.SqliteDatabase(Database(db_target).conn)
+    migrations.apply(db, stop_before=later[0] if later else None)
+    assert migrations.applied(db) == [first]
+    db.execute("INSERT INTO conversations(id, created_at_ms, updated_at_ms) VALUES ('c', 1, 1)")
+    db.close()
+    store = Store.open(db_target)  # applies the rest
+    assert migrations.applied(store.db) == [m.name for m in migrations.migrations._migrations]
     assert store.conversation("c") is not None
+    store.close()
+
+
+def test_every_migration_has_a_postgresql_form():
+    assert [m.name for m in migrations.migrations._migrations] == list(migrations.POSTGRESQL)
+
+
+def test_reopening_a_migrated_database_changes_nothing(db_target):
+    Store.open(db_target).close()
+    store = Store.open(db_target)
+    assert migrations.applied(store.db) == [m.name for m in migrations.migrations._migrations]
     store.close()
 
 
@@ -67,19 +93,22 @@ def test_blob_mismatch_in_a_batch_stores_nothing(store):
     assert store.get_blob(blob_id(good)) is None
 
 
-@settings(max_examples=50, deadline=None)
-@given(st.lists(st.binary(max_size=2000), max_size=10))
-def test_blob_round_trip_property(tmp_path_factory, blobs):
-    store = Store.open(tmp_path_factory.mktemp("p") / "b.db")
-    try:
-        for data in blobs:
-            store.put_blob(hashlib.sha256(data).digest(), data)
-            store.put_blob(hashlib.sha256(data).digest(), data)
-        for data in blobs:
-            assert store.get_blob(hashlib.sha256(data).digest()) == data
-        assert store.db.execute("SELECT count(*) FROM blobs").fetchone()[0] == len(set(blobs))
-    finally:
-        store.close()
+def test_blob_round_trip_property(fresh_target):
+    @settings(max_examples=50, deadline=None)
+    @given(st.lists(st.binary(max_size=2000), max_size=10))
+    def check(blobs):
+        store = Store.open(fresh_target())
+        try:
+            for data in blobs:
+                store.put_blob(hashlib.sha256(data).digest(), data)
+                store.put_blob(hashlib.sha256(data).digest(), data)
+            for data in blobs:
+                assert store.get_blob(hashlib.sha256(data).digest()) == data
+            assert store.count("blobs") == len(set(blobs))
+        finally:
+            store.close()
+
+    check()
 
 
 def test_history_is_a_parent_chain_and_branches_never_rewrite(store):
@@ -97,7 +126,7 @@ def test_runtime_event_is_appended_exactly_once(store):
     first = store.append("c", None, [msg("x", runtime_event_id="run-request:r1")], fence_request_id="r1")
     again = store.append("c", None, [msg("x", runtime_event_id="run-request:r1")], fence_request_id="r1")
     assert first == again
-    assert store.db.execute("SELECT count(*) FROM messages").fetchone()[0] == 1
+    assert store.count("messages") == 1
     with pytest.raises(RuntimeEventConflict):
         store.append("c", None, [msg("different", runtime_event_id="run-request:r1")], fence_request_id="r1")
 
@@ -153,3 +182,122 @@ def test_gc_sweeps_only_unreachable_old_blobs(store):
     assert store.get_blob(blob_id(orphan)) is None
     for data in (keep_child, keep_root, young):
         assert store.get_blob(blob_id(data)) == data
+
+
+# ---- two processes on one database (two Store objects = two connections or pools) -------------------
+
+
+def test_a_claim_through_another_connection_fences_the_older_run_at_its_next_write(db_target):
+    replica_a, replica_b = Store.open(db_target), Store.open(db_target)
+    try:
+        replica_a.claim_run("old", "c")
+        base = replica_a.append("c", None, [msg("a")], fence_request_id="old")
+        assert replica_b.claim_run("new", "c") == "old"
+        with pytest.raises(StaleRun):
+            replica_a.append("c", base, [msg("late")], fence_request_id="old")
+        with pytest.raises(StaleRun):
+            replica_a.stage_round("round-x", "c", "old", base, {}, [(0, "call", "Read")])
+        assert replica_b.append("c", base, [msg("b")], fence_request_id="new") is not None
+        assert [m.payload["text"] for m in replica_a.messages(replica_a.conversation("c")["head_revision_id"])] \
+            == ["a", "b"]
+    finally:
+        replica_a.close()
+        replica_b.close()
+
+
+def test_concurrent_claims_leave_exactly_one_owner(db_target):
+    stores = [Store.open(db_target) for _ in range(4)]
+    stores[0].claim_run("seed", "c")
+    errors, displaced = [], []
+    barrier = threading.Barrier(len(stores))
+
+    def claim(i: int) -> None:
+        try:
+            barrier.wait()
+            for k in range(5):
+                displaced.append(stores[i].claim_run(f"r{i}-{k}", "c"))
+        except Exception as e:  # a deadlock or a lost update would land here
+            errors.append(e)
+
+    threads = [threading.Thread(target=claim, args=(i,)) for i in range(len(stores))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert errors == []
+        owner = stores[0].conversation("c")["active_request_id"]
+        running = stores[0].db.execute("SELECT request_id FROM runs WHERE status = 'running'").fetchall()
+        assert [r[0] for r in running] == [owner]
+        # every claim displaced exactly the run before it: one chain, nobody displaced twice
+        assert sorted(d for d in displaced if d) == sorted({d for d in displaced if d})
+        assert len(displaced) == 20 and None not in displaced
+    finally:
+        for s in stores:
+            s.close()
+
+
+def test_concurrent_completions_of_one_round_get_distinct_sequence_numbers(db_target):
+    stores = [Store.open(db_target) for _ in range(3)]
+    store = stores[0]
+    store.claim_run("r", "c")
+    base = store.append("c", None, [msg("q")], fence_request_id="r")
+    store.stage_round("round", "c", "r", base, {}, [(i, f"call-{i}", "Read") for i in range(6)])
+    errors = []
+
+    def complete(worker: int) -> None:
+        try:
+            for i in range(worker, 6, 3):
+                stores[worker].complete_call("round", i, "c", base, [msg(f"result {i}")],
+                                             fence_request_id="r", is_error=False)
+        except Exception as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=complete, args=(w,)) for w in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert errors == []
+        seqs = [r[0] for r in store.db.execute(
+            "SELECT completion_seq FROM tool_round_calls WHERE round_id = 'round' ORDER BY completion_seq").fetchall()]
+        assert seqs == list(range(6))
+    finally:
+        for s in stores:
+            s.close()
+
+
+def test_stores_opening_together_migrate_once(db_target):
+    opened, errors = [], []
+
+    def open_one() -> None:
+        try:
+            opened.append(Store.open(db_target))
+        except Exception as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=open_one) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert errors == []
+        assert migrations.applied(opened[0].db) == [m.name for m in migrations.migrations._migrations]
+    finally:
+        for s in opened:
+            s.close()
+
+
+def test_protocol_drift_tallies_add_up(store):
+    from byok.agent.drift import DriftRow
+
+    def row(count, first, last, example):
+        return DriftRow("down", "AgentServerMessage", 99, 2, "field", "1.0", count, first, last, example)
+
+    store.record_drift([row(2, 100, 200, "req-a")])
+    store.record_drift([row(3, 50, 150, "req-b"), row(1, 300, 400, "req-c")])
+    [got] = store.db.execute(
+        "SELECT count, first_seen_ms, last_seen_ms, example_request_id FROM protocol_drift").fetchall()
+    assert tuple(got) == (6, 50, 400, "req-c")
