@@ -36,7 +36,7 @@ import os
 import re
 import tomllib
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -77,6 +77,10 @@ class ModelRoute:
     extra_headers: dict | None = field(default=None, repr=False)
     supports_images: bool = False
     supports_thinking: bool = False
+    compact_at: float = 0.8
+    """Compact before a call whose prompt would pass this fraction of `context_tokens`."""
+    summary_model: str | None = None
+    """Public id of the model that writes compaction summaries (None = this model)."""
     problems: tuple[str, ...] = ()
     """Static reasons a run on this model cannot start (it still shows in the picker)."""
     where: str = ""
@@ -152,6 +156,7 @@ MODEL_KEYS = frozenset(
     {
         "id", "display_name", "context_tokens", "max_output_tokens", "reasoning_effort",
         "thinking_budget_tokens", "extra_body", "supports_images", "supports_thinking",
+        "compact_at", "summary_model",
     }
 )
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -239,7 +244,35 @@ class _Validator:
                     )
                 seen_ids[route.public_id] = where
                 routes.append(route)
-        return ProvidersConfig(self.path, tuple(routes))
+        return ProvidersConfig(self.path, tuple(self._resolve_summary_models(routes, providers)))
+
+    def _resolve_summary_models(self, routes: list[ModelRoute], providers: list[dict]) -> list[ModelRoute]:
+        """`summary_model` names a model of the same provider by its id, or any model as
+        "<provider name>/<model id>"; the route keeps the named model's public id."""
+        out, k = [], 0
+        for p, entry in enumerate(providers):
+            for m, model in enumerate(entry["models"]):
+                route = routes[k]
+                k += 1
+                ref = model.get("summary_model")
+                if ref is None:
+                    out.append(route)
+                    continue
+                where = f"[[providers]] #{p + 1} {entry['name']!r} model #{m + 1} {route.model_id!r}"
+                if not isinstance(ref, str) or not ref.strip():
+                    raise self.fail("summary_model must be a model id of this provider, or \"<provider>/<model id>\"",
+                                    where=where, p=p, m=m, key="summary_model")
+                same = [r for r in routes if r.provider == route.provider and r.model_id == ref]
+                name, _, model_id = ref.partition("/")
+                other = [r for r in routes if r.provider == name and r.model_id == model_id]
+                target = (same or other or [None])[0]
+                if target is None:
+                    raise self.fail(f"summary_model {ref!r} names no model in this file; write a model id of "
+                                    f"provider {route.provider!r}, or \"<provider>/<model id>\"",
+                                    where=where, p=p, m=m, key="summary_model")
+                out.append(replace(route, summary_model=None if target.public_id == route.public_id
+                                   else target.public_id))
+        return out
 
     def provider(self, p: int, entry: dict[str, Any],
                  seen_names: dict[str, str]) -> list[tuple[ModelRoute, str]]:
@@ -365,6 +398,13 @@ class _Validator:
                 raise fail(f"{key} must be true or false", key)
             return value
 
+        compact_at = entry.get("compact_at", 0.8)
+        if isinstance(compact_at, bool) or not isinstance(compact_at, (int, float)) or not 0 < compact_at <= 1:
+            raise fail("compact_at must be a fraction of context_tokens above 0 and at most 1, e.g. 0.8",
+                       "compact_at")
+        if "compact_at" in entry and context_tokens is None:
+            raise fail("compact_at needs context_tokens (it is a fraction of the context window)", "compact_at")
+
         supports_images = flag("supports_images", False)
         supports_thinking = flag("supports_thinking", effort is not None or thinking_budget is not None)
 
@@ -392,6 +432,7 @@ class _Validator:
             extra_headers=dict(extra_headers) if extra_headers else None,
             supports_images=supports_images,
             supports_thinking=supports_thinking,
+            compact_at=float(compact_at),
             problems=tuple(problems),
             where=full_where,
         )

@@ -379,3 +379,69 @@ def test_every_example_in_the_user_docs_is_valid():
     for row in [line for line in doc.splitlines() if line.startswith("| `http")]:
         base_url, kind, model_id, public_id = (c.strip().strip("`") for c in row.strip("|").split("|"))
         assert public_model_id(base_url, kind, model_id) == public_id
+
+
+# ---- compaction keys (compact_at, summary_model) ----------------------------------------------------
+
+TWO_PROVIDERS = """\
+[[providers]]
+name = "p"
+kind = "openai_chat"
+base_url = "https://example.com/v1"
+api_key = "k"
+[[providers.models]]
+id = "big"
+context_tokens = 1000000
+{big}
+[[providers.models]]
+id = "small"
+
+[[providers]]
+name = "q"
+kind = "anthropic"
+base_url = "https://a.example.com"
+api_key = "k"
+[[providers.models]]
+id = "claude/x"
+max_output_tokens = 4096
+"""
+
+
+def test_compaction_keys_default_and_resolve(tmp_path):
+    config = load_providers(write(tmp_path, TWO_PROVIDERS.format(big="")))
+    big = config.models[0]
+    assert big.compact_at == 0.8 and big.summary_model is None
+    config = load_providers(write(tmp_path, TWO_PROVIDERS.format(big='compact_at = 0.95\nsummary_model = "small"')))
+    big, small, claude = config.models
+    assert big.compact_at == 0.95 and big.summary_model == small.public_id
+    config = load_providers(write(tmp_path, TWO_PROVIDERS.format(big='summary_model = "q/claude/x"')))
+    assert config.models[0].summary_model == config.models[2].public_id
+    config = load_providers(write(tmp_path, TWO_PROVIDERS.format(big='summary_model = "big"')))
+    assert config.models[0].summary_model is None  # itself: the same as not setting it
+
+
+@pytest.mark.parametrize(
+    "line, words",
+    [
+        ("compact_at = 0", "above 0 and at most 1"),
+        ("compact_at = 1.5", "above 0 and at most 1"),
+        ("compact_at = true", "above 0 and at most 1"),
+        ('compact_at = "0.8"', "above 0 and at most 1"),
+        ('summary_model = "nope"', "summary_model 'nope' names no model"),
+        ('summary_model = "q/small"', "names no model"),
+        ('summary_model = ""', "summary_model must be"),
+    ],
+)
+def test_compaction_key_errors_name_the_line(tmp_path, line, words):
+    text = TWO_PROVIDERS.format(big=line)
+    err = error_of(tmp_path, text)
+    assert words in str(err), str(err)
+    assert "[[providers]] #1 'p' model #1 'big'" in str(err)
+    assert err.line == text.splitlines().index(line) + 1
+
+
+def test_compact_at_needs_context_tokens(tmp_path):
+    text = TWO_PROVIDERS.format(big="").replace('id = "small"', 'id = "small"\ncompact_at = 0.5')
+    err = error_of(tmp_path, text)
+    assert "compact_at needs context_tokens" in str(err) and "model #2 'small'" in str(err)
+    assert err.line == text.splitlines().index("compact_at = 0.5") + 1
