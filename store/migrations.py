@@ -406,6 +406,12 @@ def m003_protocol_drift(db: Database) -> None:
     )
 
 
+@migration(postgresql="ALTER TABLE llm_calls ADD COLUMN purpose TEXT")
+def m004_llm_call_purpose(db: Database) -> None:
+    """Why a provider call was made: NULL for the turn's own calls, 'summary' for a compaction."""
+    _run(db, "ALTER TABLE llm_calls ADD COLUMN purpose TEXT")
+
+
 def apply(db, *, stop_before: str | None = None) -> None:
     """Apply pending migrations (those before `stop_before`, if named) to either backend."""
     if db.dialect == "sqlite":

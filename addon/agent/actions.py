@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from byok.proto import agent_pb2 as apb
 
+from . import compaction
 from .errors import ProtocolError
 from .turn_base import TurnState
 
@@ -36,6 +37,7 @@ async def resume(turn: TurnState) -> bool:
 RUN_ACTIONS: dict[str, RunAction] = {
     "user_message_action": user_message,
     "resume_action": resume,
+    "summarize_action": compaction.summarize,  # /summarize: compact now, end the run
 }
 
 MID_RUN_ACTIONS: dict[str, MidRunAction] = {}

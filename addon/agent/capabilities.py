@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from .compaction import Compaction
 from .turn_base import TurnHooks, TurnState
 
-CAPABILITIES: list[Callable[[TurnState], TurnHooks]] = []
+CAPABILITIES: list[Callable[[TurnState], TurnHooks]] = [
+    Compaction,  # before a call: compact a prompt that would not fit; after an overflow: compact once, retry
+]

@@ -3,7 +3,8 @@
 Stored form (append-only, see store/): one runtime user message per run request; a final
 assistant message; for each tool round, adjacent (assistant with ONE call, tool result) pairs in
 completion order, where only the round's first pair carries the text, thinking and replay state;
-and `import` messages holding a client checkpoint we did not write (hybrid or lost DB).
+`import` messages holding a client checkpoint we did not write (hybrid or lost DB); and `summary`
+messages, each a compaction (compaction.py) that the provider view applies (`view`).
 
 `fold` turns that into transcript items: each complete round becomes ONE assistant item (calls in
 provider index order) followed by its results in completion order. Deterministic and pure.
@@ -84,6 +85,29 @@ def tool_payload(
     }
 
 
+def summary_payload(
+    parts: Sequence[UserPart], *, wire_id: str, summary: str, context_id: int | None, tail_from: int | None,
+    summarized_roots: Sequence[bytes], window_tail: int, model_call_id: str,
+) -> dict:
+    """A compaction: from here on the provider sees [context, this summary, the tail, what follows].
+
+    `context_id` / `tail_from` are stored message ids in the view this summary replaced: the runtime
+    message kept verbatim before the summary (the current user turn), and the first message kept
+    verbatim after it (None = no tail). `summarized_roots` and `window_tail` feed the checkpoint's
+    ConversationSummaryArchive (the root blob ids the summary replaced, the roots kept after it)."""
+    return {
+        "kind": "summary",
+        "wire_id": wire_id,
+        "parts": [_part_json(p) for p in parts],
+        "summary": summary,
+        "context_id": context_id,
+        "tail_from": tail_from,
+        "summarized_roots": [r.hex() for r in summarized_roots],
+        "window_tail": window_tail,
+        "model_call_id": model_call_id,
+    }
+
+
 def import_payload(*, roots: Sequence[bytes], turns: Sequence[bytes], source: str) -> dict:
     """A client checkpoint taken over: its non-system roots (appended) and its full turn list
     (which replaces the turn list from here on)."""
@@ -149,7 +173,7 @@ def fold(messages: Sequence, blobs: Mapping[bytes, bytes] | None = None) -> list
     for msg in messages:
         p = msg.payload
         kind = p["kind"]
-        if kind == "runtime":
+        if kind in ("runtime", "summary"):
             out.append(FoldedItem(UserItem(_parts(p["parts"]), wire_id=p["wire_id"])))
         elif kind == "assistant" and p.get("tool_round_id") is None:
             out.append(FoldedItem(assistant_item(p)))
@@ -195,7 +219,34 @@ def fold(messages: Sequence, blobs: Mapping[bytes, bytes] | None = None) -> list
 
 
 def transcript(messages: Sequence, blobs: Mapping[bytes, bytes] | None = None) -> tuple[TranscriptItem, ...]:
-    return tuple(f.item for f in fold(messages, blobs))
+    """What the provider sees: the fold of the current view (compactions applied)."""
+    return tuple(f.item for f in fold(view(messages), blobs))
+
+
+def view(messages: Sequence) -> list:
+    """The stored messages the provider sees, in order. History is append-only; a summary message
+    replaces what came before it with [its context message, itself, its tail], and everything after
+    it follows as usual. Without summaries this is `messages` unchanged."""
+    out: list = []
+    for msg in messages:
+        p = msg.payload
+        if p["kind"] != "summary":
+            out.append(msg)
+            continue
+        ids = [m.id for m in out]
+        context_id, tail_from = p.get("context_id"), p.get("tail_from")
+        for needed in (context_id, tail_from):
+            if needed is not None and needed not in ids:
+                raise InternalError(f"summary {p['wire_id']} refers to message {needed}, which is not before it")
+        head = [out[ids.index(context_id)]] if context_id is not None else []
+        tail = out[ids.index(tail_from):] if tail_from is not None else []
+        out = [*head, msg, *(m for m in tail if m.id != context_id)]
+    return out
+
+
+def summaries(messages: Sequence) -> list:
+    """The summary messages of a history, oldest first."""
+    return [m for m in messages if m.payload["kind"] == "summary"]
 
 
 # ---- imported roots (AI-SDK-style JSON model messages written by someone else) -----------------

@@ -26,7 +26,7 @@ from .cursor import projection as proj
 from .cursor import request_parts
 from .cursor import updates
 from .cursor.importer import import_checkpoint
-from .errors import AlreadyExists, ConfigError, RunCanceled, RunError
+from .errors import AlreadyExists, ConfigError, ProviderError, RunCanceled, RunError
 from .model_call import ModelCall
 from .providers.base import Done
 from .run import Run
@@ -320,7 +320,12 @@ class Turn:
             for hook in self.hooks:
                 await hook.before_model_call(self)
             self.call_index += 1
-            result = await ModelCall(self, self.call_index)()
+            try:
+                result = await ModelCall(self, self.call_index)()
+            except ProviderError as error:
+                if await self._call_failed(error):
+                    continue
+                raise
             if result.done.reason != "stop":
                 calls = [result.cards.calls[i] for i in sorted(result.cards.calls)]
                 await tool_round.Round(self, result, calls).run()
@@ -329,6 +334,13 @@ class Turn:
             await self._finish_text(result)
             if not await self._after_turn():
                 return
+
+    async def _call_failed(self, error: ProviderError) -> bool:
+        """True when a capability handled the failure and the model is to be called again."""
+        for hook in self.hooks:
+            if await hook.on_call_failed(self, error):
+                return True
+        return False
 
     async def _after_round(self) -> None:
         for hook in self.hooks:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from byok.proto import agent_pb2 as apb
 
     from .cursor import projection as proj
+    from .errors import RunError
     from .cursor.tools.base import RunToolContext, ToolDef
     from .cursor.tools.dispatch import ExecTable
     from .providers.base import Done
@@ -70,6 +71,11 @@ class TurnHooks:
 
     async def before_model_call(self, turn: "TurnState") -> None:
         """Just before a provider request is built (e.g. compact the history, deliver queued input)."""
+
+    async def on_call_failed(self, turn: "TurnState", error: "RunError") -> bool:
+        """A provider call raised `error`. True = call the model again (the before_model_call hooks
+        run first); the first hook that says so wins. Default: the run ends with the error."""
+        return False
 
     async def after_round(self, turn: "TurnState") -> None:
         """After a tool round settled, before the next provider call."""

@@ -35,8 +35,9 @@ def providers_toml(models: list[dict]) -> str:
             "[[providers.models]]",
             f'id = "{m["model_id"]}"',
             f'display_name = "{m.get("display_name", m["model_id"] + " (BYOK)")}"',
-            f'context_tokens = {m.get("context_tokens", 128000)}',
         ]
+        if m.get("context_tokens", 128000) is not None:  # None: a model without a known window
+            out.append(f'context_tokens = {m.get("context_tokens", 128000)}')
         for key, value in m.get("extra", {}).items():
             out.append(f"{key} = {value}")
         out.append("")

@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from byok.proto import agent_pb2 as apb
 
 from ..errors import ProtocolError
-from ..history import FoldedItem, fold, unb64
+from ..history import FoldedItem, fold, summaries, unb64, view
 from ..transcript import AssistantItem, ImagePart, TextPart, ToolCall, ToolResultItem, ToolSpec, UserItem
 
+SUMMARY_WIRE_PREFIX = "runtime:summary:"
 SECTION_TAGS = {"rules": "rules", "skills": "agent_skills", "subagents": "subagents", "mcp": "mcp_meta_tools"}
 BREAKDOWN_LABELS = [
     ("system_prompt", "System prompt"),
@@ -141,9 +142,8 @@ class Projection:
         """The blobs the state references directly: the store's GC roots for this checkpoint (the
         rest is reachable through the blob reference edges)."""
         state = self.state
-        ids = [*state.root_prompt_messages_json, *state.turns, *state.todos]
-        if state.plan:
-            ids.append(state.plan)
+        ids = [*state.root_prompt_messages_json, *state.turns, *state.todos, *state.summary_archives]
+        ids += [b for b in (state.plan, state.summary, state.summary_archive) if b]
         return ids
 
     def state_bytes(self) -> bytes:
@@ -309,7 +309,8 @@ def _section(text: str, tag: str) -> str:
 
 
 def breakdown(used: int, max_tokens: int, system_prompt: str, tools: Sequence[ToolSpec],
-              runtime_texts: Sequence[str], conversation_chars: int) -> apb.PromptTokenBreakdownSnapshot:
+              runtime_texts: Sequence[str], conversation_chars: int,
+              summary_text: str = "") -> apb.PromptTokenBreakdownSnapshot:
     """The 8 categories; `conversation` takes the remainder so they sum exactly to `used`."""
     estimates: dict[str, tuple[int, int]] = {
         "system_prompt": estimate_tokens(system_prompt),
@@ -317,7 +318,7 @@ def breakdown(used: int, max_tokens: int, system_prompt: str, tools: Sequence[To
     }
     for key, tag in SECTION_TAGS.items():
         estimates[key] = estimate_tokens("".join(_section(t, tag) for t in runtime_texts))
-    estimates["summarized_conversation"] = (0, 0)
+    estimates["summarized_conversation"] = estimate_tokens(summary_text)
     fixed_keys = [k for k, _ in BREAKDOWN_LABELS if k != "conversation"]
     fixed_total = sum(estimates[k][0] for k in fixed_keys)
     if fixed_total > used:  # shrink with the largest-remainder method, never below zero
@@ -364,7 +365,8 @@ def project(
     state.mode = ctx.mode
 
     roots = [b.blob(system_root(ctx.system_prompt))]
-    folded = fold(messages, blobs)
+    seen = view(messages)  # what the provider sees: compactions applied
+    folded = fold(seen, blobs)
     _append_roots(b, roots, folded)
 
     turns: list[_Turn] = []
@@ -377,13 +379,15 @@ def project(
     round_first_seen: set[str] = set()
     round_tools: dict[str, list[tuple[int, bytes]]] = {}
     last_usage: Mapping | None = None
-    runtime_texts: list[str] = []
+    runtime_texts = ["".join(part.get("text", "") for part in m.payload["parts"])
+                     for m in seen if m.payload["kind"] == "runtime"]
     for msg in messages:
         p = msg.payload
         kind = p["kind"]
         current = turns[-1] if turns else None
-        if kind == "runtime":
-            runtime_texts.append("".join(part.get("text", "") for part in p["parts"]))
+        if kind == "summary":
+            last_usage = None  # the provider has not measured the compacted prompt yet
+        elif kind == "runtime":
             if p.get("turn"):
                 um = unb64(p["turn"]["user_message_blob"])
                 um_refs = None
@@ -441,10 +445,44 @@ def project(
             turn_ids.append(b.blob(_turn_blob(turn), _turn_refs(turn)))
     state.root_prompt_messages_json.extend(roots)
     state.turns.extend(turn_ids)
-    _token_details(state, ctx, last_usage, runtime_texts, folded)
+    compacted = summaries(messages)
+    summary_text = compacted[-1].payload["summary"] if compacted else ""  # the latest is always in view
+    _token_details(state, ctx, last_usage, runtime_texts, folded, compacted=bool(compacted),
+                   summary_text=summary_text)
+    _summary_state(b, state, messages, compacted)
     _fold_tool_state(b, state, messages)
     return Projection(state=state, blobs=b.blobs, refs=b.refs, roots_digest=roots_digest(roots),
                       last_turn_steps=len(turns[-1].steps) if turns else 0)
+
+
+def _summary_state(b: _Builder, state: apb.ConversationStateStructure, messages: Sequence,
+                   compacted: Sequence) -> None:
+    """summary (6), summary_archive (11), summary_archives (13), self_summary_count (17), from the
+    summary messages in history. A history with none clears them, unless it holds an imported
+    checkpoint (whose own compaction state is echoed)."""
+    if not compacted:
+        if not any(m.payload["kind"] == "import" for m in messages):
+            for name in ("summary", "summary_archive", "summary_archives", "self_summary_count"):
+                state.ClearField(name)
+        return
+    archives = []
+    for msg in compacted:
+        p = msg.payload
+        summary_root = b.blob(user_root(UserItem(
+            tuple(TextPart(part["text"]) for part in p["parts"] if part["type"] == "text"), wire_id=p["wire_id"])))
+        replaced = [bytes.fromhex(h) for h in p["summarized_roots"]]
+        archive = apb.ConversationSummaryArchive(
+            summarized_messages=replaced, summary=p["summary"], window_tail=p["window_tail"],
+            summary_message=summary_root)
+        archives.append(b.blob(archive.SerializeToString(deterministic=True),
+                               [("summary_message", 0, summary_root)]
+                               + [("summarized_messages", i, r) for i, r in enumerate(replaced)]))
+    latest = compacted[-1].payload["summary"]
+    state.summary = b.blob(apb.ConversationSummary(summary=latest).SerializeToString(deterministic=True))
+    state.summary_archive = archives[-1]
+    del state.summary_archives[:]
+    state.summary_archives.extend(archives[:-1])
+    state.self_summary_count = len(compacted)
 
 
 def _fold_tool_state(b: _Builder, state: apb.ConversationStateStructure, messages: Sequence) -> None:
@@ -518,11 +556,28 @@ def _append_roots(b: _Builder, roots: list[bytes], folded: Sequence[FoldedItem])
         i += 1
 
 
+def _item_text(item) -> str:
+    if isinstance(item, UserItem):
+        return "".join(p.text for p in item.parts if isinstance(p, TextPart))
+    if isinstance(item, AssistantItem):
+        return item.text + item.thinking + "".join(c.name + c.arguments for c in item.tool_calls)
+    return item.content
+
+
+def prompt_estimate(system_prompt: str, tools: Sequence[ToolSpec], items: Sequence) -> int:
+    """Estimated prompt tokens of a request nobody has measured yet (part 7's per-character rule)."""
+    text = system_prompt + json.dumps([[t.name, t.description, t.parameters] for t in tools])
+    return estimate_tokens(text + "".join(_item_text(i) for i in items))[0]
+
+
 def _token_details(state: apb.ConversationStateStructure, ctx: ProjectionContext, usage: Mapping | None,
-                   runtime_texts: Sequence[str], folded: Sequence[FoldedItem]) -> None:
+                   runtime_texts: Sequence[str], folded: Sequence[FoldedItem], *, compacted: bool = False,
+                   summary_text: str = "") -> None:
     base = apb.ConversationStateStructure.FromString(ctx.base_state)
     used = _usage_total(usage)
     max_tokens = base.token_details.max_tokens or ctx.max_tokens or 0
+    if used is None and compacted:  # after a compaction, until the provider measures it again
+        used = prompt_estimate(ctx.system_prompt, ctx.tools, [f.item for f in folded])
     if used is None:
         if base.HasField("token_details"):
             state.token_details.CopyFrom(base.token_details)
@@ -530,6 +585,8 @@ def _token_details(state: apb.ConversationStateStructure, ctx: ProjectionContext
     conversation_chars = 0
     for f in folded:
         item = f.item
+        if isinstance(item, UserItem) and (item.wire_id or "").startswith(SUMMARY_WIRE_PREFIX):
+            continue  # counted as summarized_conversation
         if isinstance(item, UserItem):
             text = "".join(p.text for p in item.parts if isinstance(p, TextPart))
         else:
@@ -538,5 +595,5 @@ def _token_details(state: apb.ConversationStateStructure, ctx: ProjectionContext
     state.token_details.used_tokens = used
     state.token_details.max_tokens = max_tokens
     state.token_details.breakdown.CopyFrom(
-        breakdown(used, max_tokens, ctx.system_prompt, ctx.tools, runtime_texts, conversation_chars)
+        breakdown(used, max_tokens, ctx.system_prompt, ctx.tools, runtime_texts, conversation_chars, summary_text)
     )
