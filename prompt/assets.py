@@ -10,7 +10,7 @@ Owns the files next to this module (layout and editing rules in prompt/README.md
 `load_assets()` checks everything at once and raises one `PromptAssetError` that names every broken
 file, so a bad asset stops start-up instead of failing a user's run. `PromptAssets.mode()` raises
 `UnknownModeError` (a `ConfigError`, so the run ends with a clear configuration error) for modes
-Cursor has but this version ships no assets for (debug, multitask, ...).
+Cursor has but this version ships no assets for (triage, project, custom, ...).
 
 Nothing here reads the clock or the network; rendering is a pure function of its arguments.
 """
@@ -72,6 +72,8 @@ _LAYOUT: Mapping[str, _Layout] = MappingProxyType(
         "agent": _Layout(prompt="agent", runtime="agent", manifest="agent"),
         "ask": _Layout(prompt="ask", runtime="ask", manifest="ask"),
         "plan": _Layout(prompt="plan", runtime="plan", manifest="plan"),
+        "debug": _Layout(prompt="debug", runtime="debug", manifest="debug"),
+        "multitask": _Layout(prompt="multitask", runtime="multitask", manifest="multitask"),
         "subagent": _Layout(prompt="agent", runtime="subagent", manifest="subagent"),
     }
 )
@@ -162,7 +164,7 @@ KNOWN_PLACEHOLDERS = frozenset(
         "ACTION_CONTEXT",
         "TIMESTAMP",
         "USER_QUERY",
-        # Debug mode's extra values (PROTOCOL 8.2); no shipped template uses them yet.
+        # Debug mode's extra values (PROTOCOL 8.2), from RequestContext.debug_mode_config.
         "DEBUG_SERVER_ENDPOINT",
         "DEBUG_LOG_PATH",
         "DEBUG_SESSION_ID",

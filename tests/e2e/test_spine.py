@@ -437,11 +437,11 @@ def test_a_mode_without_assets_is_a_config_error_naming_it(env, provider):
 
     async def scenario():
         async with proxy.client() as client:
-            return await client.run(user_turn_request("debug this", model_id=model, mode=apb.AGENT_MODE_DEBUG))
+            return await client.run(user_turn_request("triage this", model_id=model, mode=apb.AGENT_MODE_TRIAGE))
 
     result = run(scenario())
     assert result.end_error.code is connect.Code.FAILED_PRECONDITION
-    assert "debug" in result.end_error.message
+    assert "'triage' has no prompt assets" in result.end_error.message
     details = spb.ErrorDetails.FromString(result.end_error.details[0].value)
     assert details.details.should_show_immediate_error and not details.details.is_retryable
     assert len(provider.requests) == calls  # no provider call was made

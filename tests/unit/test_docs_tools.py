@@ -15,7 +15,7 @@ from byok.agent.cursor.tools.registry import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "tools.md"
-MODES = ("agent", "ask", "plan", "subagent")
+MODES = ("agent", "ask", "plan", "debug", "multitask", "subagent")
 TEST_ID = re.compile(r"`(tests/[^`\s]+\.py::[^`\s]+)`")
 
 

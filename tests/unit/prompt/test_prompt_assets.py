@@ -32,6 +32,11 @@ PLAN_TOOLS = (
     "Grep", "WebSearch", "WebFetch", "TodoWrite", "Read", "ReadLints", "Glob", "Ls", "AskQuestion",
     "SwitchMode", "CreatePlan",
 )  # fmt: skip
+DEBUG_TOOLS = (
+    "Shell", "Grep", "Delete", "WebSearch", "WebFetch", "TodoWrite", "StrReplace", "Write", "Read",
+    "ReadLints", "Glob", "Ls", "AskQuestion", "AwaitShell", "SwitchMode",
+)  # fmt: skip
+MULTITASK_TOOLS = DEBUG_TOOLS  # + Task once the subagent tool lands (prompt/README.md)
 SUBAGENT_TOOLS = (
     "Shell", "Grep", "Delete", "WebSearch", "WebFetch", "GenerateImage", "TodoWrite", "StrReplace",
     "Write", "Read", "ReadLints", "Glob", "Ls", "AwaitShell", "SwitchMode", "UpdateCurrentStep",
@@ -85,12 +90,13 @@ def asset_copy(tmp_path: Path) -> Path:
 
 
 def test_the_shipped_assets_load_and_cover_the_known_modes(assets):
-    assert set(assets.modes) == {"agent", "ask", "plan", "subagent"}
+    assert set(assets.modes) == {"agent", "ask", "plan", "debug", "multitask", "subagent"}
 
 
 @pytest.mark.parametrize(
     ("mode", "expected"),
-    [("agent", AGENT_TOOLS), ("ask", ASK_TOOLS), ("plan", PLAN_TOOLS), ("subagent", SUBAGENT_TOOLS)],
+    [("agent", AGENT_TOOLS), ("ask", ASK_TOOLS), ("plan", PLAN_TOOLS), ("debug", DEBUG_TOOLS),
+     ("multitask", MULTITASK_TOOLS), ("subagent", SUBAGENT_TOOLS)],
 )
 def test_each_mode_offers_its_tools_in_a_stable_order(assets, mode, expected):
     assert assets.mode(mode).tool_names == expected
@@ -159,10 +165,12 @@ def test_shell_tells_the_model_how_to_background(assets):
 # Any change to a mode's tools (names, order, descriptions, schemas) changes its digest and starts a
 # new provider cache domain: update these on purpose.
 PINNED_DIGESTS = {
-    "agent": "0d561711712c50682f58e9961e7643887a5c4eeac051fa71c416140007b9f668",
-    "ask": "3126f360fa9be31cae55f3f01411574657e219eede0d685b01e1f8b03028e1f8",
-    "plan": "a68cae515fcc9e6e31ee525559ddeb43deb3c60d4764fbe349d94020d6137f73",
-    "subagent": "60b310333d19464e70e3c94451d1f2cb2d6a6a0d5a17a873ff996af9ecc514a3",
+    "agent": "bc176c740ef5314335c7f2b0f272e700c9a7eeac1271969f6496e0cbe52e4883",
+    "ask": "885153ce3e9b52d760d6363ae2408b64188b67ba4cf37a08c6e46f962dfd4ff1",
+    "plan": "64db00cb409cdf853e5017fb58aee75b38d7b7829552e4e40c7552ef0c38ef7c",
+    "debug": "2532575fdb975a7d900702530b2a74ea5cba41599f3aeb9db625bfde1d8efaf6",
+    "multitask": "2532575fdb975a7d900702530b2a74ea5cba41599f3aeb9db625bfde1d8efaf6",
+    "subagent": "8dcbbf9402bef191bebf4634e3c065e00fab5d4fae0baa16520de845030c2656",
 }
 
 
@@ -223,7 +231,7 @@ def test_resolve_mode_rules():
     assert resolve_mode(user_mode=M.AGENT_MODE_ASK, subagent_type_name="") == "ask"
 
 
-@pytest.mark.parametrize("mode", [M.AGENT_MODE_DEBUG, M.AGENT_MODE_MULTITASK, M.AGENT_MODE_CUSTOM, 42])
+@pytest.mark.parametrize("mode", [M.AGENT_MODE_TRIAGE, M.AGENT_MODE_PROJECT, M.AGENT_MODE_CUSTOM, 42])
 def test_modes_without_assets_end_the_run_with_a_config_error(assets, mode):
     with pytest.raises(UnknownModeError) as info:
         assets.for_run(user_mode=mode)
@@ -236,6 +244,8 @@ def test_modes_without_assets_end_the_run_with_a_config_error(assets, mode):
 
 def test_for_run_picks_assets(assets):
     assert assets.for_run(user_mode=M.AGENT_MODE_ASK).name == "ask"
+    assert assets.for_run(user_mode=M.AGENT_MODE_DEBUG).name == "debug"
+    assert assets.for_run(user_mode=None, state_mode=M.AGENT_MODE_MULTITASK).name == "multitask"
     assert assets.for_run(user_mode=M.AGENT_MODE_AGENT, subagent_type_name="explore").name == "subagent"
 
 
@@ -249,7 +259,7 @@ def _problems(root: Path) -> str:
 
 
 def test_copy_of_the_assets_loads(asset_copy):
-    assert set(load_assets(asset_copy).modes) == {"agent", "ask", "plan", "subagent"}
+    assert set(load_assets(asset_copy).modes) == {"agent", "ask", "plan", "debug", "multitask", "subagent"}
 
 
 def test_unknown_tool_in_a_manifest_names_the_file(asset_copy):

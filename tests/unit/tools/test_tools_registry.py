@@ -21,7 +21,7 @@ SAMPLES = {
     "StrReplace": {"path": "a", "old_string": "x", "new_string": "y"}, "Shell": {"command": "ls"},
     "AwaitShell": {"shell_id": 1}, "TodoWrite": {"todos": [], "merge": False}, "UpdateCurrentStep": {},
     "AskQuestion": {"questions": [{"id": "q", "prompt": "p", "options": [{"id": "a", "label": "A"}, {"id": "b", "label": "B"}]}]},
-    "CreatePlan": {"name": "n", "overview": "o", "plan": "p"}, "SwitchMode": {"target_mode_id": "agent"},
+    "CreatePlan": {"name": "n", "overview": "o", "plan": "p"}, "SwitchMode": {"target_mode_id": "plan"},
     "WebFetch": {"url": "https://x.dev"}, "WebSearch": {"search_term": "q"}, "GenerateImage": {"description": "d"},
 }
 

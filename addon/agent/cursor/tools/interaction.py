@@ -127,10 +127,18 @@ CREATE_PLAN = ToolDef("CreatePlan", "interaction", "create_plan_tool_call", _par
 # ---- SwitchMode ---------------------------------------------------------------------------------
 
 
+SWITCH_TARGETS = ("agent", "ask", "plan", "debug", "multitask")
+"""The chat modes a conversation can be switched to (each has prompt assets; subagent is not a chat mode)."""
+
+
 def _parse_switch(raw: dict, call_id: str, ctx: RunToolContext) -> apb.SwitchModeArgs:
     a = Args(raw)
-    args = apb.SwitchModeArgs(target_mode_id=a.string("target_mode_id", required=True, non_empty=True),
-                              tool_call_id=call_id)
+    target = a.string("target_mode_id", required=True, non_empty=True).strip().lower()
+    if target not in SWITCH_TARGETS:
+        raise ToolArgsError(f"invalid target_mode_id: {target!r} is not a mode; use one of {', '.join(SWITCH_TARGETS)}")
+    if target == ctx.mode:
+        raise ToolArgsError(f"invalid target_mode_id: the conversation is already in {target} mode")
+    args = apb.SwitchModeArgs(target_mode_id=target, tool_call_id=call_id)
     explanation = a.string("explanation")
     if explanation is not None:
         args.explanation = explanation
