@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 
 from byok.proto import agent_pb2 as apb
 from byok.prompt.assets import ModeAssets
@@ -111,22 +112,15 @@ class Turn:
 
     def _mode(self) -> ModeAssets:
         request = self.request
-        action = request.action
-        user_mode = (
-            action.user_message_action.user_message.mode
-            if action.WhichOneof("action") == "user_message_action" else None
-        )
         return self.svc.prompts.for_run(
-            user_mode=user_mode or None,
+            user_mode=actions.requested_mode(request.action),
             state_mode=request.conversation_state.mode or None,
             subagent_type_name=request.subagent_type_name or None,
         )
 
     def _mode_enum(self) -> int:
-        action = self.request.action
-        if action.WhichOneof("action") == "user_message_action" and action.user_message_action.user_message.mode:
-            return action.user_message_action.user_message.mode
-        return self.request.conversation_state.mode or apb.AGENT_MODE_AGENT
+        return (actions.requested_mode(self.request.action) or self.request.conversation_state.mode
+                or apb.AGENT_MODE_AGENT)
 
     async def _claim(self) -> None:
         run = self.run
@@ -197,9 +191,12 @@ class Turn:
 
     # ---- the runtime user message ---------------------------------------------------------------
 
-    async def _begin_user_turn(self) -> None:
+    async def _begin_user_turn(self, action: apb.UserMessageAction | None = None, *,
+                               action_context: Sequence[str] = ()) -> None:
+        """`action`: the user message of this turn (default: the request's user_message_action;
+        actions.py builds one for start/execute plan and late question answers)."""
         run = self.run
-        action = self.request.action.user_message_action
+        action = action if action is not None else self.request.action.user_message_action
         if action.user_message.message_id:
             # An edited earlier message reuses its message_id: go back to the revision before it
             # was first sent and branch from there (the old suffix stays stored, unreachable).
@@ -215,7 +212,7 @@ class Turn:
         if existing is not None:
             payload = existing.payload  # replayed exactly: never re-rendered, never re-timed
         else:
-            parts = await self._runtime_parts(action)
+            parts = await self._runtime_parts(action, action_context)
             state_blob = self.base_state_bytes
             user_message = apb.UserMessage()
             user_message.CopyFrom(action.user_message)
@@ -246,7 +243,7 @@ class Turn:
         # Hashing a long history is real work: keep it off the event loop.
         return await asyncio.to_thread(proj.project, messages, self.ctx, blobs=self.blobs, pending=pending)
 
-    async def _runtime_parts(self, action: apb.UserMessageAction) -> list:
+    async def _runtime_parts(self, action: apb.UserMessageAction, action_context: Sequence[str] = ()) -> list:
         """The one runtime user message: mode reminder, request context (its blob-referenced parts
         fetched and verified), time and query; attached images as image parts."""
         refs = self.request.action.request_context_parts
@@ -255,7 +252,8 @@ class Turn:
             context = refs.dynamic_context
         parts = await request_parts.context_parts(self, refs) if self.request.action.HasField(
             "request_context_parts") else None
-        text = request_context.runtime_text(self.mode, context, parts, action.user_message, self.svc.clock.now())
+        text = request_context.runtime_text(self.mode, context, parts, action.user_message, self.svc.clock.now(),
+                                            action_context=action_context)
         images = await request_parts.image_parts(self, action.user_message)
         if images and not self.route.supports_images:
             log.info("[%s] %d attached image(s) not sent: %s is configured without image input",

@@ -154,12 +154,9 @@ def _first_error(group: BaseExceptionGroup) -> BaseException:
 
 
 def tool_context(request: apb.AgentRunRequest, conversation_id: str, mode: str) -> RunToolContext:
-    action = request.action
-    which = action.WhichOneof("action")
-    request_context = (
-        action.user_message_action.request_context if which == "user_message_action"
-        else action.resume_action.request_context if which == "resume_action" else apb.RequestContext()
-    )
+    from .actions import request_context_of
+
+    request_context = request_context_of(request.action)
     env = request_context.env
     return RunToolContext(
         conversation_id=conversation_id,

@@ -13,7 +13,7 @@ implementation; the loop calls every registered hook at its point and knows noth
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -107,7 +107,8 @@ class TurnState(Protocol):
     prefetched: dict
     hooks: list[TurnHooks]
 
-    async def _begin_user_turn(self) -> None: ...
+    async def _begin_user_turn(self, action: "apb.UserMessageAction | None" = None, *,
+                               action_context: "Sequence[str]" = ()) -> None: ...
 
     async def _resume(self) -> bool: ...
 

@@ -676,6 +676,16 @@ def render_action_context(
     return _join(blocks)
 
 
+def plan_block(content: str, *, path: str = "", uri: str = "") -> str:
+    """The approved plan an execute-plan action hands over, verbatim (ExecutePlanAction)."""
+    return _block("plan", content.strip("\n"), path=path or None, uri=uri or None)
+
+
+def answers_block(answers: str, *, tool_call_id: str = "") -> str:
+    """The user's late answers to an AskQuestion that returned before they were given."""
+    return _block("question_answers", answers, tool_call_id=tool_call_id or None)
+
+
 # --- time ----------------------------------------------------------------------------------------
 
 _DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")

@@ -229,6 +229,8 @@ class _Turn:
     """Step blob ids, in order."""
     imported_id: bytes | None = None
     """... or the id of a turn blob we did not write (kept as is while nothing is added)."""
+    shell: tuple[bytes, bytes] | None = None
+    """A user shell command turn: the ShellCommand and ShellOutput blob ids (no user message, no steps)."""
 
 
 def _step(message: apb.ConversationStep) -> bytes:
@@ -260,7 +262,7 @@ class _Builder:
 
 
 def _assistant_steps(b: _Builder, turn: _Turn | None, thinking: str, thinking_ms: int | None, text: str) -> None:
-    if turn is None:
+    if turn is None or turn.shell is not None:
         return
     if thinking:
         turn.steps.append(b.blob(_thinking_step(thinking, thinking_ms)))
@@ -269,6 +271,8 @@ def _assistant_steps(b: _Builder, turn: _Turn | None, thinking: str, thinking_ms
 
 
 def _turn_refs(turn: _Turn) -> list[tuple[str, int, bytes]]:
+    if turn.shell is not None:
+        return [("shell_command", 0, turn.shell[0]), ("shell_output", 0, turn.shell[1])]
     return [("user_message", 0, turn.user_message_id)] + [("steps", i, s) for i, s in enumerate(turn.steps)]
 
 
@@ -279,6 +283,9 @@ def _state_refs(state: apb.ConversationStateStructure) -> list[tuple[str, int, b
 
 
 def _turn_blob(turn: _Turn) -> bytes:
+    if turn.shell is not None:
+        shell = apb.ShellConversationTurnStructure(shell_command=turn.shell[0], shell_output=turn.shell[1])
+        return apb.ConversationTurnStructure(shell_conversation_turn=shell).SerializeToString(deterministic=True)
     inner = apb.AgentConversationTurnStructure(user_message=turn.user_message_id, steps=turn.steps)
     if turn.request_id:
         inner.request_id = turn.request_id
@@ -397,6 +404,9 @@ def project(
                     b.blob(state_blob, _state_refs(snapshot))
                     um_refs = [("conversation_state_blob_id", 0, sha256(state_blob))]
                 turns.append(_Turn(um, b.blob(um, um_refs), p["turn"]["request_id"]))
+            elif p.get("shell_turn"):
+                shell = (b.blob(unb64(p["shell_turn"]["command"])), b.blob(unb64(p["shell_turn"]["output"])))
+                turns.append(_Turn(None, b"", None, shell=shell))
         elif kind == "assistant":
             if p.get("usage"):
                 last_usage = p["usage"]
@@ -408,7 +418,7 @@ def project(
         elif kind == "tool":
             rid = p["tool_round_id"]
             round_tools.setdefault(rid, []).append((p["call_index"], unb64(p["tool_call"])))
-            if len(round_tools[rid]) == round_sizes[rid] and current is not None:
+            if len(round_tools[rid]) == round_sizes[rid] and current is not None and current.shell is None:
                 for _, pb in sorted(round_tools[rid]):
                     current.steps.append(b.blob(_step(apb.ConversationStep(tool_call=apb.ToolCall.FromString(pb)))))
         elif kind == "import":

@@ -15,6 +15,7 @@ from google.protobuf.message import Message
 
 from byok.proto import agent_pb2 as apb
 
+from ...errors import ProtocolError
 from .base import CallIO, RunToolContext, ToolArgsError, ToolDef, ToolOutcome
 from .common import Args, cap_head, dumps, resolve_path, variant
 
@@ -66,6 +67,18 @@ def _answers_json(card: apb.AskQuestionArgs, success: apb.AskQuestionSuccess) ->
             item["freeform_text"] = ans.freeform_text
         answers.append(item)
     return dumps({"answers": answers})
+
+
+def answers_text(card: apb.AskQuestionArgs, result: apb.AskQuestionResult) -> str:
+    """What the model reads for an AskQuestion result that arrives later (an async completion)."""
+    kind = result.WhichOneof("result")
+    if kind == "success":
+        return _answers_json(card, result.success)
+    if kind == "rejected":
+        return "The user declined to answer" + _because(result.rejected.reason)
+    if kind == "error":
+        return "AskQuestion failed" + _because(result.error.error_message)
+    raise ProtocolError(f"the AskQuestion completion carries no answers (result {kind!r})")
 
 
 async def _run_ask(io: CallIO, raw: dict, card: Message) -> ToolOutcome:
