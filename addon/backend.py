@@ -80,6 +80,7 @@ class Backend:
             on_run_finished=self._run_finished,
         )
         services.claim_conversation = self.runtime.claim_conversation
+        services.web = self._web_tools
         self.server = StreamServer(self.runtime.run)
         await self.server.start()
         self._ready.set()
@@ -88,6 +89,20 @@ class Backend:
         log.info(
             "cursor-byok ready: mode=%s, %d user model(s), db=%s, stream server 127.0.0.1:%d",
             settings.mode, len(self.providers.models), _shown(settings.db), self.server.port,
+        )
+
+    def _web_tools(self):
+        """The web backends as the providers file (hot-reloaded) and the options say now."""
+        from .agent.web import WebTools
+        from .agent.web.fetch import FetchPolicy
+
+        config = self.providers.current()
+        return WebTools(
+            http=self.http,
+            search=config.web_search.backend() if config.web_search else None,
+            images=config.image_generation.backend() if config.image_generation else None,
+            fetch=FetchPolicy(allow_private=self.settings.web_fetch_private,
+                              max_bytes=self.settings.web_fetch_max_kb * 1024),
         )
 
     async def done(self) -> None:

@@ -44,6 +44,8 @@ class Settings:
     gc_days: int = 0
     provider_idle_s: float = 300.0
     provider_headers_s: float = 300.0
+    web_fetch_private: bool = False
+    web_fetch_max_kb: int = 2048
 
     def is_cursor_host(self, host: str) -> bool:
         return any(fnmatch.fnmatchcase(host.lower(), pattern) for pattern in self.hosts)
@@ -109,6 +111,15 @@ class Options:
             "are older than this many days (0: never). Also: `cursor-byok gc`.",
         )
         loader.add_option(
+            "byok_web_fetch_private", bool, False,
+            "Let WebFetch reach loopback, link-local and private addresses (localhost, your LAN). Off: such "
+            "URLs are refused before you are asked, so the model cannot aim your machine at them.",
+        )
+        loader.add_option(
+            "byok_web_fetch_max_kb", int, 2048,
+            "WebFetch reads at most this many KB of a page Cursor fetched; the rest is cut and the model is told.",
+        )
+        loader.add_option(
             "byok_deterministic", bool, False,
             "Fixed clock and counting ids, so scenario captures regenerate byte for byte (tests only).",
         )
@@ -119,6 +130,8 @@ class Options:
                 parse_seconds(name, getattr(ctx.options, name))
         if "byok_gc_days" in updated and ctx.options.byok_gc_days < 0:
             raise exceptions.OptionsError("byok_gc_days must be 0 (off) or a number of days")
+        if "byok_web_fetch_max_kb" in updated and ctx.options.byok_web_fetch_max_kb <= 0:
+            raise exceptions.OptionsError("byok_web_fetch_max_kb must be a positive number of KB")
         if "byok_hosts" in updated and not ctx.options.byok_hosts:
             raise exceptions.OptionsError("byok_hosts must name at least one host pattern")
 
@@ -145,4 +158,6 @@ def current() -> Settings:
         gc_days=o.byok_gc_days,
         provider_idle_s=parse_seconds("byok_provider_idle_s", o.byok_provider_idle_s),
         provider_headers_s=parse_seconds("byok_provider_headers_s", o.byok_provider_headers_s),
+        web_fetch_private=o.byok_web_fetch_private,
+        web_fetch_max_kb=o.byok_web_fetch_max_kb,
     )

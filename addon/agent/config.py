@@ -11,6 +11,16 @@
     context_tokens = 128000
     max_output_tokens = 8192
 
+Optional top-level tables configure the web tools' backends (docs/providers.md):
+
+    [web_search]                    # WebSearch; without it the tool is not offered
+    kind = "searxng"                # searxng | brave | tavily
+    base_url = "http://127.0.0.1:8888"
+    [image_generation]              # GenerateImage; an OpenAI-compatible images endpoint
+    base_url = "https://api.openai.com/v1"
+    model = "gpt-image-1"
+    api_key_env = "OPENAI_API_KEY"
+
 A model's public id (what Cursor sends back as `requested_model.model_id`) is the first 4 bytes of
 SHA-256(normalized_base_url + "\\0" + kind + "\\0" + model_id) as 8 lowercase hex characters.
 
@@ -42,6 +52,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .errors import ConfigError
+from .web.images import ImageConfig
+from .web.search import DEFAULT_BASE_URLS, SEARCH_KINDS, SearchConfig
 
 PROVIDER_KINDS = ("openai_chat", "openai_responses", "anthropic")
 
@@ -120,6 +132,10 @@ class ProvidersConfig:
 
     path: Path | None = None
     models: tuple[ModelRoute, ...] = ()
+    web_search: SearchConfig | None = None
+    """`[web_search]`: the WebSearch backend; None = WebSearch is not offered."""
+    image_generation: ImageConfig | None = None
+    """`[image_generation]`: the GenerateImage endpoint; None = GenerateImage is not offered."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_id", {m.public_id: m for m in self.models})
@@ -160,6 +176,9 @@ MODEL_KEYS = frozenset(
     }
 )
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+WEB_SEARCH_KEYS = frozenset({"kind", "base_url", "api_key_env", "api_key", "max_results"})
+IMAGE_GENERATION_KEYS = frozenset({"base_url", "model", "api_key_env", "api_key", "size"})
+TABLES = ("web_search", "image_generation")
 
 
 class _Lines:
@@ -196,6 +215,19 @@ class _Lines:
         stop = self.headers[k + 1][0] if k + 1 < len(self.headers) else len(self.lines)
         return start, stop
 
+    def find_table(self, table: str, key: str | None = None) -> int | None:
+        """1-based line of `key` in the top-level `[table]`, or of its header."""
+        for k, (start, name, is_array) in enumerate(self.headers):
+            if name == table and not is_array:
+                stop = self.headers[k + 1][0] if k + 1 < len(self.headers) else len(self.lines)
+                if key is not None:
+                    pat = re.compile(rf"^\s*[\"']?{re.escape(key)}[\"']?\s*=")
+                    for i in range(start + 1, stop):
+                        if pat.match(self.lines[i]):
+                            return i + 1
+                return start + 1
+        return None
+
     def find(self, p: int, m: int | None = None, key: str | None = None) -> int | None:
         """1-based line of `key` in provider p (model m), or of the entry's header."""
         span = self._range(p, m)
@@ -224,10 +256,10 @@ class _Validator:
         return ConfigFileError(self.path, message, line=line, where=where)
 
     def run(self, data: dict[str, Any]) -> ProvidersConfig:
-        unknown = sorted(set(data) - {"providers"})
+        unknown = sorted(set(data) - {"providers", *TABLES})
         if unknown:
-            raise self.fail(f"unknown top-level key {unknown[0]!r} (only [[providers]] is allowed)",
-                            where=None)
+            raise self.fail(f"unknown top-level key {unknown[0]!r} (allowed: [[providers]], "
+                            f"{', '.join(f'[{t}]' for t in TABLES)})", where=None)
         providers = data.get("providers", [])
         if not isinstance(providers, list) or not all(isinstance(p, dict) for p in providers):
             raise self.fail("providers must be an array of tables: write [[providers]]", where=None)
@@ -244,7 +276,9 @@ class _Validator:
                     )
                 seen_ids[route.public_id] = where
                 routes.append(route)
-        return ProvidersConfig(self.path, tuple(self._resolve_summary_models(routes, providers)))
+        return ProvidersConfig(self.path, tuple(self._resolve_summary_models(routes, providers)),
+                               web_search=self.web_search(data.get("web_search")),
+                               image_generation=self.image_generation(data.get("image_generation")))
 
     def _resolve_summary_models(self, routes: list[ModelRoute], providers: list[dict]) -> list[ModelRoute]:
         """`summary_model` names a model of the same provider by its id, or any model as
@@ -273,6 +307,82 @@ class _Validator:
                 out.append(replace(route, summary_model=None if target.public_id == route.public_id
                                    else target.public_id))
         return out
+
+    # ---- [web_search] and [image_generation] ------------------------------------------------------
+
+    def table_fail(self, table: str, message: str, key: str | None = None) -> ConfigFileError:
+        return ConfigFileError(self.path, message, line=self.locate.find_table(table, key), where=f"[{table}]")
+
+    def _table(self, table: str, entry: Any, allowed: frozenset[str]) -> dict[str, Any] | None:
+        if entry is None:
+            return None
+        if not isinstance(entry, dict):
+            raise self.table_fail(table, f"{table} must be a table: write [{table}]")
+        for key in entry:
+            if key not in allowed:
+                raise self.table_fail(table, f"unknown key {key!r}; allowed: {', '.join(sorted(allowed))}", key)
+        return entry
+
+    def _url(self, table: str, entry: dict[str, Any], required: bool, default: str | None = None) -> str:
+        base_url = entry.get("base_url", default)
+        if base_url is None and required:
+            raise self.table_fail(table, "base_url is required: an http(s) URL", "base_url")
+        parts = urlsplit(base_url) if isinstance(base_url, str) else None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+            raise self.table_fail(table, "base_url must be an http:// or https:// URL with a host", "base_url")
+        if parts.username or parts.password:
+            raise self.table_fail(table, "base_url must not carry credentials; use api_key_env or api_key",
+                                  "base_url")
+        return normalize_base_url(base_url)
+
+    def _key(self, table: str, entry: dict[str, Any], required: bool) -> tuple[str | None, str | None]:
+        has_env, has_key = "api_key_env" in entry, "api_key" in entry
+        if has_env and has_key or (required and not (has_env or has_key)):
+            raise self.table_fail(table, "set exactly one of api_key_env (name of an environment variable) or "
+                                  "api_key", "api_key" if has_key else "api_key_env" if has_env else None)
+        api_key_env, api_key = entry.get("api_key_env"), entry.get("api_key")
+        if has_env and (not isinstance(api_key_env, str) or not _ENV_NAME.match(api_key_env)):
+            raise self.table_fail(table, "api_key_env must be the name of an environment variable (the name, "
+                                  "not the key)", "api_key_env")
+        if has_key and (not isinstance(api_key, str) or not api_key.strip()):
+            raise self.table_fail(table, "api_key must be a non-empty string", "api_key")
+        if has_env and not os.environ.get(api_key_env or ""):
+            self.warnings.append(f"[{table}]: environment variable {api_key_env} is not set; calls will fail "
+                                 "until it is (set it where mitmproxy runs)")
+        return api_key, api_key_env
+
+    def web_search(self, raw: Any) -> SearchConfig | None:
+        entry = self._table("web_search", raw, WEB_SEARCH_KEYS)
+        if entry is None:
+            return None
+        kind = entry.get("kind")
+        if kind == "provider":
+            raise self.table_fail("web_search", 'kind = "provider" (the model provider\'s own server-side search) '
+                                  f"is not supported in this version; use one of {', '.join(SEARCH_KINDS)}", "kind")
+        if kind not in SEARCH_KINDS:
+            got = f" (got {kind!r})" if isinstance(kind, str) else ""
+            raise self.table_fail("web_search", f"kind must be one of {', '.join(SEARCH_KINDS)}{got}", "kind")
+        base_url = self._url("web_search", entry, kind == "searxng", DEFAULT_BASE_URLS.get(kind))
+        api_key, api_key_env = self._key("web_search", entry, required=kind != "searxng")
+        max_results = entry.get("max_results", 8)
+        if isinstance(max_results, bool) or not isinstance(max_results, int) or not 1 <= max_results <= 20:
+            raise self.table_fail("web_search", "max_results must be an integer from 1 to 20", "max_results")
+        return SearchConfig(kind, base_url, api_key=api_key, api_key_env=api_key_env, max_results=max_results)
+
+    def image_generation(self, raw: Any) -> ImageConfig | None:
+        entry = self._table("image_generation", raw, IMAGE_GENERATION_KEYS)
+        if entry is None:
+            return None
+        base_url = self._url("image_generation", entry, True)
+        model = entry.get("model")
+        if not isinstance(model, str) or not model.strip():
+            raise self.table_fail("image_generation", "model is required: the images model, e.g. \"gpt-image-1\"",
+                                  "model")
+        size = entry.get("size")
+        if size is not None and (not isinstance(size, str) or not re.fullmatch(r"\d+x\d+|auto", size)):
+            raise self.table_fail("image_generation", "size must look like \"1024x1024\" (or \"auto\")", "size")
+        api_key, api_key_env = self._key("image_generation", entry, required=True)
+        return ImageConfig(base_url, model, api_key=api_key, api_key_env=api_key_env, size=size)
 
     def provider(self, p: int, entry: dict[str, Any],
                  seen_names: dict[str, str]) -> list[tuple[ModelRoute, str]]:
@@ -567,7 +677,8 @@ class ProvidersFile:
         return self._use(config)
 
     def _use(self, config: ProvidersConfig) -> bool:
-        changed = config.models != self._config.models
+        changed = (config.models, config.web_search, config.image_generation) != (
+            self._config.models, self._config.web_search, self._config.image_generation)
         self._config = config
         if changed:
             self.generation += 1

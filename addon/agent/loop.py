@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Sequence
 
@@ -65,16 +66,19 @@ class Turn:
         self.conversation_id = request.conversation_id or f"byok-{run.request_id}"
         await self._claim()
         self.system_prompt = self.mode.system_prompt(self.route.display_name)
+        web = self.svc.web()
+        self.tools = self.mode.tools_without(self._left_out(web))
         self.ctx = proj.ProjectionContext(
             system_prompt=self.system_prompt,
-            tools=self.mode.tools,
+            tools=self.tools,
             base_state=request.conversation_state.SerializeToString(),
             mode=self._mode_enum(),
             max_tokens=self.route.context_tokens,
         )
-        self.tool_context = tool_round.tool_context(request, self.conversation_id, self.mode.name)
+        self.tool_context = dataclasses.replace(
+            tool_round.tool_context(request, self.conversation_id, self.mode.name), web=web)
         self.prefetched = request_parts.prefetched(request)
-        self.offered_tools = _offered_tools(self.mode)
+        self.offered_tools = _offered_tools(self.mode, self.tools)
         self.execs = tool_round.new_exec_table(run)
         run.execs = self.execs
         self.hooks: list[TurnHooks] = [make(self) for make in capabilities.CAPABILITIES]
@@ -117,6 +121,20 @@ class Turn:
             state_mode=request.conversation_state.mode or None,
             subagent_type_name=request.subagent_type_name or None,
         )
+
+    def _left_out(self, web) -> set[str]:
+        """Tools of the mode this run does not offer: web tools without a configured backend, web
+        tools the client switched off (`RequestContext.web_search_enabled` / `web_fetch_enabled`
+        set to false), UpdateCurrentStep when the request suppresses it."""
+        left_out = set(web.unoffered())
+        context = actions.request_context_of(self.request.action)
+        if context.HasField("web_search_enabled") and not context.web_search_enabled:
+            left_out.add("WebSearch")
+        if context.HasField("web_fetch_enabled") and not context.web_fetch_enabled:
+            left_out.add("WebFetch")
+        if self.request.suppress_subagent_progress_update_tool:
+            left_out.add("UpdateCurrentStep")
+        return left_out
 
     def _mode_enum(self) -> int:
         return (actions.requested_mode(self.request.action) or self.request.conversation_state.mode
@@ -378,12 +396,12 @@ class Turn:
         self.run.emit(updates.checkpoint(settled.state))
         self.run.emit(updates.checkpoint(settled.state))
 
-def _offered_tools(mode: ModeAssets) -> dict:
+def _offered_tools(mode: ModeAssets, tools) -> dict:
     """This run's tool set: a name outside it is the model's mistake (a tool error it sees)."""
     from .cursor.tools import registry
 
     offered = {}
-    for name in mode.tool_names:
+    for name in (t.name for t in tools):
         tool = registry.lookup(name)
         if tool is None:
             raise ConfigError(f"mode {mode.name!r} offers tool {name!r}, which has no implementation")

@@ -69,7 +69,7 @@ class ModelCall:
         turn = self.turn
         svc, run, route = turn.svc, turn.run, turn.route
         items = provider_items(turn)
-        request = ModelRequest(route=route, system=turn.system_prompt, items=items, tools=turn.mode.tools)
+        request = ModelRequest(route=route, system=turn.system_prompt, items=items, tools=turn.tools)
         adapter = adapter_for(route.kind)
         model_call_id = svc.ids.new("model-call")
         self.llm_id = await svc.store.begin_llm_call({
@@ -77,7 +77,7 @@ class ModelCall:
             "call_index": self.call_index, "model_call_id": model_call_id, "provider": route.provider,
             "provider_kind": route.kind, "model_public_id": route.public_id, "model": route.model_id,
             "started_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-            "message_count": len(items), "tool_count": len(turn.mode.tools),
+            "message_count": len(items), "tool_count": len(turn.tools),
         })
         cards = Cards(turn, model_call_id)
         self.metrics, self.cycle = CallMetrics(), ModelCycle()

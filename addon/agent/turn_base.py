@@ -35,7 +35,8 @@ if TYPE_CHECKING:
     from .cursor.tools.dispatch import ExecTable
     from .providers.base import Done
     from .run import Run
-    from .transcript import AssistantItem
+    from .transcript import AssistantItem, ToolSpec
+    from .web import WebTools
 
 
 @dataclass
@@ -51,6 +52,14 @@ class Services:
     verbose_llm: bool = False
     provider_limits: StreamLimits = field(default_factory=StreamLimits)
     claim_conversation: Callable[["Run", str], None] = lambda run, conversation_id: None
+    web: Callable[[], "WebTools"] = lambda: _no_web()
+    """The web backends as the providers file and options configure them now (web/__init__.py)."""
+
+
+def _no_web() -> "WebTools":
+    from .web import WebTools
+
+    return WebTools()
 
 
 @dataclass
@@ -94,6 +103,8 @@ class TurnState(Protocol):
     run: "Run"
     route: ModelRoute
     mode: ModeAssets
+    tools: "tuple[ToolSpec, ...]"
+    """The mode's tools this run offers (minus unconfigured web tools and what the request turns off)."""
     system_prompt: str
     conversation_id: str
     messages: list[StoredMessage]

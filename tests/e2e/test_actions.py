@@ -31,7 +31,9 @@ DEDICATED = {  # handled branches whose behaviour has a test of its own below (o
 
 
 def manifest(mode: str) -> list[str]:
-    return json.loads((ROOT / "prompt" / "modes" / f"{mode}.json").read_text())
+    """The mode's tools as this proxy offers them: no [web_search] / [image_generation] configured."""
+    tools = json.loads((ROOT / "prompt" / "modes" / f"{mode}.json").read_text())
+    return [t for t in tools if t not in ("WebSearch", "GenerateImage")]
 
 
 @pytest.fixture(scope="module")

@@ -35,7 +35,9 @@ PROMPT_WORDS = {"agent": "You pair-program with the user", "ask": "You are in As
 
 
 def manifest(mode: str) -> list[str]:
-    return json.loads((ROOT / "prompt" / "modes" / f"{mode}.json").read_text())
+    """The mode's tools as this proxy offers them: no [web_search] / [image_generation] configured."""
+    tools = json.loads((ROOT / "prompt" / "modes" / f"{mode}.json").read_text())
+    return [t for t in tools if t not in ("WebSearch", "GenerateImage")]
 
 
 @pytest.fixture(scope="module")

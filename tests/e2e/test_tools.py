@@ -18,6 +18,7 @@ workspace and executor. Each per-tool test runs the tool in a mode whose manifes
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import sqlite3
 import time
@@ -33,6 +34,7 @@ from byok.cli.executor import FetchPage, LocalExecutor, Misbehave, ScriptedQueri
 from byok.proto import agent_pb2 as apb
 from tests.e2e.conftest import run, start_proxy
 from tests.e2e.harness import ROOT, Proxy
+from tests.support.fake_web import FakeWeb, tiny_png
 from tests.support.scripted_provider import CHAT, SCRIPTS, Ev, RecordedRequest, ScriptedProvider, Sse
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(30)]
@@ -59,8 +61,19 @@ class Env:
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory, provider):
-    proxy, models = start_proxy(tmp_path_factory.mktemp("tools"), provider, kinds=KINDS)
+def web():
+    with FakeWeb() as fake:
+        yield fake
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory, provider, web):
+    home = tmp_path_factory.mktemp("tools")
+    proxy, models = start_proxy(home, provider, kinds=KINDS)
+    # every tool of every manifest is offered: the web backends are configured (fakes on loopback)
+    with open(home / "providers.toml", "a") as f:
+        f.write(f'\n[web_search]\nkind = "searxng"\nbase_url = "{web.base_url}"\n'
+                f'\n[image_generation]\nbase_url = "{web.base_url}"\nmodel = "gpt-image-1"\napi_key = "sk-img-test"\n')
     yield Env(proxy, provider, models)
     proxy.stop()
 
@@ -728,8 +741,11 @@ def test_switch_mode(env, tmp_path):
     check_round(env, turn, [call], [("call_switch", "The user approved: switched from agent mode to plan mode.")])
 
 
+PUBLIC = "https://93.184.215.14"  # a public address literal: the private-address guard resolves no name
+
+
 def test_web_fetch_approved(env, tmp_path):
-    url = "https://docs.example.com/guide"
+    url = f"{PUBLIC}/guide"
     call = ("call_fetch", "WebFetch", json.dumps({"url": url}))
     ws = tmp_path / "ws"
     executor = LocalExecutor(ws, pages={url: FetchPage("# Guide\nStep one.", 200, "text/markdown")})
@@ -745,7 +761,7 @@ def test_web_fetch_approved(env, tmp_path):
 
 
 def test_web_fetch_rejected(env, tmp_path):
-    url = "https://docs.example.com/guide"
+    url = f"{PUBLIC}/guide"
     call = ("call_fetch", "WebFetch", json.dumps({"url": url}))
     queries = ScriptedQueries(approvals={"web_fetch_request_query": False}, reject_reason="not that site")
     turn = one_round(env, tmp_path / "ws", [call], queries=queries)
@@ -758,32 +774,111 @@ def test_web_fetch_rejected(env, tmp_path):
                 is_error={"call_fetch": True})
 
 
-def test_web_search_not_configured(env, tmp_path):
+def test_web_fetch_refuses_a_loopback_url(env, tmp_path):
+    """Before anything is asked: a URL on this machine is refused, the user is never asked, nothing
+    is fetched, and the model learns why and how the user could allow it."""
+    url = "http://127.0.0.1:8080/admin"
+    call = ("call_fetch", "WebFetch", json.dumps({"url": url}))
+    queries = ScriptedQueries()
+    turn = one_round(env, tmp_path / "ws", [call], queries=queries)
+    message = (f"{url} points to a loopback address (127.0.0.1); WebFetch only reaches public addresses. "
+               "The user can allow private ones with --set byok_web_fetch_private=true.")
+    result = apb.WebFetchResult(error=apb.WebFetchError(url=url, error=message))
+    check_cards(turn, call, "web_fetch_tool_call", apb.WebFetchArgs(url=url, tool_call_id="call_fetch"), result)
+    assert queries.log == [] and turn.executor.log == []
+    check_round(env, turn, [call], [("call_fetch", message)], is_error={"call_fetch": True})
+
+
+ARTICLE_HTML = """<!doctype html><html><head><title>Envelopes</title></head><body>
+<nav><a href="/">Home</a> | <a href="/blog">Blog</a> | <a href="/about">About us</a></nav>
+<div class="cookie-banner">We use cookies. Accept all cookies?</div>
+<article><h1>Connect envelopes</h1>
+<p>Every Connect message is framed by a five-byte prefix: one flags byte and a four-byte big-endian length.
+The end-of-stream frame sets flag two and carries a JSON trailer with the error, if any.</p>
+<p>Readers must handle a frame split across reads, and several frames in one read. See
+<a href="https://connectrpc.com/docs/protocol">the protocol reference</a>.</p>
+<ul><li>flags: compressed (1), end of stream (2)</li><li>length: uint32, big endian</li></ul>
+</article>
+<footer>Copyright 2026 Example Corp. All rights reserved. Privacy | Terms | Imprint</footer>
+</body></html>"""
+
+
+def test_web_fetch_extracts_readable_text_from_html(env, tmp_path):
+    url = f"{PUBLIC}/blog/envelopes"
+    call = ("call_fetch", "WebFetch", json.dumps({"url": url}))
+    ws = tmp_path / "ws"
+    executor = LocalExecutor(ws, pages={url: FetchPage(ARTICLE_HTML, 200, "text/html; charset=utf-8")})
+    turn = one_round(env, ws, [call], executor=executor)
+    completed = turn.cards("call_fetch")[-1][2].tool_call.web_fetch_tool_call.result.success
+    text = completed.markdown
+    assert "# Connect envelopes" in text and "five-byte prefix" in text and "several frames in one read" in text
+    assert "[the protocol reference](https://connectrpc.com/docs/protocol)" in text
+    assert "- flags: compressed (1), end of stream (2)" in text
+    for boilerplate in ("<", "About us", "cookies", "All rights reserved"):
+        assert boilerplate not in text, boilerplate
+    check_round(env, turn, [call], [("call_fetch", f"URL: {url}\nStatus: 200 (text/html; charset=utf-8)\n\n{text}")])
+
+
+def test_web_search_through_searxng(env, web, tmp_path):
+    web.results = [("Connect protocol", "https://connectrpc.com/docs/protocol", "Envelopes are five bytes..."),
+                   ("gRPC over HTTP2", "https://grpc.io/docs/http2", "Length-prefixed <b>messages</b>\nper frame")]
+    before = len(web.requests)
     call = ("call_search", "WebSearch", '{"search_term": "connect protocol envelope", "explanation": "spec"}')
     queries = ScriptedQueries()
     turn = one_round(env, tmp_path / "ws", [call], queries=queries)
+    [seen] = web.requests[before:]
+    assert (seen.method, seen.path, seen.query) == ("GET", "/search", {"q": ["connect protocol envelope"],
+                                                                        "format": ["json"]})
     args = apb.WebSearchArgs(search_term="connect protocol envelope", tool_call_id="call_search")
-    message = "WebSearch is not configured in cursor-byok (no search backend in this version)"
-    result = apb.WebSearchResult(error=apb.WebSearchError(error=message))
-    check_cards(turn, call, "web_search_tool_call", args, result)
+    result = apb.WebSearchResult(success=apb.WebSearchSuccess(references=[
+        apb.WebSearchReference(title="Connect protocol", url="https://connectrpc.com/docs/protocol",
+                               chunk="Envelopes are five bytes..."),
+        apb.WebSearchReference(title="gRPC over HTTP2", url="https://grpc.io/docs/http2",
+                               chunk="Length-prefixed messages per frame")]))
+    check_cards(turn, call, "web_search_tool_call", args, result)  # the client's WebSearch card shows them
     assert queries.log == [apb.InteractionQuery(id=1, web_search_request_query=apb.WebSearchRequestQuery(args=args))]
-    assert turn.executor.log == []  # never a fake result
-    check_round(env, turn, [call], [("call_search", message)], is_error={"call_search": True})
+    assert turn.executor.log == []
+    check_round(env, turn, [call], [("call_search", (
+        "Web results for 'connect protocol envelope':\n\n"
+        "1. Connect protocol\n   https://connectrpc.com/docs/protocol\n   Envelopes are five bytes...\n\n"
+        "2. gRPC over HTTP2\n   https://grpc.io/docs/http2\n   Length-prefixed messages per frame"))])
 
 
-def test_generate_image_not_configured(env, tmp_path):
-    call = ("call_img", "GenerateImage", '{"description": "a red fox", "file_path": "img/fox.png"}')
+def test_web_search_declined_asks_no_backend(env, web, tmp_path):
+    before = len(web.requests)
+    call = ("call_search", "WebSearch", '{"search_term": "anything"}')
+    queries = ScriptedQueries(approvals={"web_search_request_query": False}, reject_reason="not now")
+    turn = one_round(env, tmp_path / "ws", [call], queries=queries)
+    assert web.requests[before:] == []
+    check_round(env, turn, [call], [("call_search", "The user declined the web search for 'anything': not now")],
+                is_error={"call_search": True})
+
+
+def test_generate_image_through_an_images_endpoint(env, web, tmp_path):
+    web.image = tiny_png(3, 2, (10, 200, 90))
+    before = len(web.requests)
+    call = ("call_img", "GenerateImage", '{"description": "a green square", "file_path": "img/square.png"}')
     ws = tmp_path / "ws"
     queries = ScriptedQueries()
     turn = one_round(env, ws, [call], queries=queries)
-    args = apb.GenerateImageArgs(description="a red fox", file_path=str(ws / "img" / "fox.png"))
-    message = "GenerateImage is not configured in cursor-byok (no image generation backend in this version)"
-    result = apb.GenerateImageResult(error=apb.GenerateImageError(error=message))
-    check_cards(turn, call, "generate_image_tool_call", args, result)
+    [seen] = web.requests[before:]
+    assert (seen.method, seen.path) == ("POST", "/images/generations")
+    assert seen.json == {"model": "gpt-image-1", "prompt": "a green square", "n": 1}
+    assert seen.headers["authorization"] == "Bearer sk-img-test"
+    path = str(ws / "img" / "square.png")
+    args = apb.GenerateImageArgs(description="a green square", file_path=path)
     assert queries.log == [apb.InteractionQuery(id=1, generate_image_request_query=apb.GenerateImageRequestQuery(
         args=args, tool_call_id="call_img"))]
-    assert turn.executor.log == [] and not (ws / "img").exists()
-    check_round(env, turn, [call], [("call_img", message)], is_error={"call_img": True})
+    # the image is written into the workspace by the client (a write exec with the bytes)
+    assert turn.executor.log == [exec_message(2, "call_img", write_args=apb.WriteArgs(
+        path=path, file_bytes=web.image, tool_call_id="call_img"))]
+    assert (ws / "img" / "square.png").read_bytes() == web.image
+    result = apb.GenerateImageResult(success=apb.GenerateImageSuccess(
+        file_path=path, image_data=base64.b64encode(web.image).decode()))
+    check_cards(turn, call, "generate_image_tool_call", args, result)
+    check_round(env, turn, [call], [("call_img", f"Generated the image and saved it to {path} (image/png, "
+                                                 f"{len(web.image)} bytes).\nThe image model used this prompt: "
+                                                 "a green square")])
 
 
 # ---- a parallel round -----------------------------------------------------------------------------

@@ -241,12 +241,12 @@ def test_scripted_queries_through_codecs(ws):
     assert out.is_error and out.result.rejected.reason == "declined by the test user"
     out, _ = run(ws, "CreatePlan", {"name": "n", "overview": "o", "plan": "p"})
     assert not out.is_error
-    executor = LocalExecutor(ws, pages={"https://x.dev/": FetchPage("# Docs", content_type="text/markdown")})
-    out, io = run(ws, "WebFetch", {"url": "https://x.dev/"}, executor=executor)
+    executor = LocalExecutor(ws, pages={"https://93.184.215.14/": FetchPage("# Docs", content_type="text/markdown")})
+    out, io = run(ws, "WebFetch", {"url": "https://93.184.215.14/"}, executor=executor)
     assert out.result.success.markdown == "# Docs"
     assert [m.DESCRIPTOR.name for m in io.sent] == ["InteractionQuery", "ExecServerMessage"]
-    assert io.sent[1].fetch_args == apb.FetchArgs(url="https://x.dev/", tool_call_id=io.call_id)
-    out, _ = run(ws, "WebFetch", {"url": "https://nowhere.dev/"})
+    assert io.sent[1].fetch_args == apb.FetchArgs(url="https://93.184.215.14/", tool_call_id=io.call_id)
+    out, _ = run(ws, "WebFetch", {"url": "https://93.184.215.15/"})
     assert out.is_error and "no scripted page" in out.content
     out, _ = run(ws, "WebSearch", {"search_term": "x"})
     assert out.is_error and "not configured" in out.content

@@ -118,30 +118,30 @@ APPROVED_FETCH = ("web_fetch_request_response", apb.WebFetchRequestResponse(appr
 
 
 def test_web_fetch_approval_then_exec():
-    fetched = apb.FetchResult(success=apb.FetchSuccess(url="https://x.dev/a", content="# Title\nbody", status_code=200,
+    fetched = apb.FetchResult(success=apb.FetchSuccess(url="https://93.184.215.14/a", content="# Title\nbody", status_code=200,
                                                        content_type="text/markdown"))
     io = fake(APPROVED_FETCH, ("fetch_result", fetched))
-    card, out = run_tool(it.WEB_FETCH, {"url": "https://x.dev/a"}, io)
-    assert card == apb.WebFetchArgs(url="https://x.dev/a", tool_call_id=io.call_id)
+    card, out = run_tool(it.WEB_FETCH, {"url": "https://93.184.215.14/a"}, io)
+    assert card == apb.WebFetchArgs(url="https://93.184.215.14/a", tool_call_id=io.call_id)
     query, exec_ = io.sent
     assert (query.kind, query.id, exec_.kind, exec_.id) == ("query", 1, "exec", 2)
     assert query.message.web_fetch_request_query == apb.WebFetchRequestQuery(args=card, skip_approval=False)
-    assert exec_.message.fetch_args == apb.FetchArgs(url="https://x.dev/a", tool_call_id=io.call_id)
-    assert out.result == apb.WebFetchResult(success=apb.WebFetchSuccess(url="https://x.dev/a", markdown="# Title\nbody"))
-    assert out.content == "URL: https://x.dev/a\nStatus: 200 (text/markdown)\n\n# Title\nbody" and not out.is_error
+    assert exec_.message.fetch_args == apb.FetchArgs(url="https://93.184.215.14/a", tool_call_id=io.call_id)
+    assert out.result == apb.WebFetchResult(success=apb.WebFetchSuccess(url="https://93.184.215.14/a", markdown="# Title\nbody"))
+    assert out.content == "URL: https://93.184.215.14/a\nStatus: 200 (text/markdown)\n\n# Title\nbody" and not out.is_error
 
 
 def test_web_fetch_rejected_and_error():
     no = ("web_fetch_request_response", apb.WebFetchRequestResponse(rejected=apb.WebFetchRequestResponse.Rejected()))
     io = fake(no)
-    _, out = run_tool(it.WEB_FETCH, {"url": "http://x.dev"}, io)
+    _, out = run_tool(it.WEB_FETCH, {"url": "http://93.184.215.14"}, io)
     assert len(io.sent) == 1 and out.is_error
     assert out.result == apb.WebFetchResult(rejected=apb.WebFetchRejected())
-    assert out.content == "The user declined fetching http://x.dev"
-    err = apb.FetchResult(error=apb.FetchError(url="http://x.dev", error="timeout"))
-    _, out = run_tool(it.WEB_FETCH, {"url": "http://x.dev"}, fake(APPROVED_FETCH, ("fetch_result", err)))
-    assert out.is_error and out.result == apb.WebFetchResult(error=apb.WebFetchError(url="http://x.dev", error="timeout"))
-    assert out.content == "Fetching http://x.dev failed: timeout"
+    assert out.content == "The user declined fetching http://93.184.215.14"
+    err = apb.FetchResult(error=apb.FetchError(url="http://93.184.215.14", error="timeout"))
+    _, out = run_tool(it.WEB_FETCH, {"url": "http://93.184.215.14"}, fake(APPROVED_FETCH, ("fetch_result", err)))
+    assert out.is_error and out.result == apb.WebFetchResult(error=apb.WebFetchError(url="http://93.184.215.14", error="timeout"))
+    assert out.content == "Fetching http://93.184.215.14 failed: timeout"
     for bad in ("ftp://x", "x.dev", "https://"):
         with pytest.raises(ToolArgsError, match="invalid url"):
             it.WEB_FETCH.parse({"url": bad}, "c", CTX)
@@ -154,7 +154,7 @@ def test_web_search_not_configured_after_approval():
     assert card == apb.WebSearchArgs(search_term="python 3.13 release", tool_call_id=io.call_id)
     assert io.queries[0].message.web_search_request_query == apb.WebSearchRequestQuery(args=card)
     assert len(io.sent) == 1 and out.is_error
-    assert out.content == "WebSearch is not configured in cursor-byok (no search backend in this version)"
+    assert out.content == "WebSearch is not configured in cursor-byok (no [web_search] in the providers file)"
     assert out.result == apb.WebSearchResult(error=apb.WebSearchError(error=out.content))
     no = ("web_search_request_response", apb.WebSearchRequestResponse(rejected=apb.WebSearchRequestResponse.Rejected(reason="no")))
     _, out = run_tool(it.WEB_SEARCH, {"search_term": "q"}, fake(no))

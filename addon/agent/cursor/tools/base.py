@@ -53,6 +53,8 @@ class RunToolContext:
     admin_command_denylist: tuple[str, ...] = ()
     mode: str = "agent"
     """The run's mode name (agent, ask, plan, subagent...)."""
+    web: Any = None
+    """The run's web backends (`byok.agent.web.WebTools`); None = none configured."""
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property

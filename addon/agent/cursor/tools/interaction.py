@@ -1,14 +1,23 @@
 """Interaction tools: the user answers an `InteractionQuery` (PROTOCOL 5.6, seed §26.13).
 
 - AskQuestion, CreatePlan, SwitchMode: the response carries the tool's result (terminal).
-- WebFetch: the response is only approved/rejected; approved -> `fetch_args` exec -> WebFetchResult.
-- WebSearch, GenerateImage: approved/rejected; this version has no backend for them, so an approval
-  ends in an explicit "not configured" error result (never a fake result, never a spinning card).
+- WebFetch: a URL on a non-public address is refused before anything is asked (web/fetch.py); else
+  the response is only approved/rejected; approved -> `fetch_args` exec (Cursor fetches the page)
+  -> the content, size-capped, HTML reduced to its readable text -> WebFetchResult.
+- WebSearch: approved/rejected; approved -> the configured search backend (web/search.py) ->
+  WebSearchResult references (title, URL, snippet) and a numbered list for the model.
+- GenerateImage: approved/rejected; approved -> the configured images endpoint (web/images.py) ->
+  the image written into the workspace with a `write_args` exec -> GenerateImageResult.
+  WebSearch and GenerateImage are offered only when their backend is configured; a run that calls
+  one anyway (an older conversation's tool list) gets an explicit "not configured" error result.
 A rejection is always a typed terminal result with is_error (the model learns the user declined).
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import re
 from urllib.parse import urlsplit
 
 from google.protobuf.message import Message
@@ -19,9 +28,9 @@ from ...errors import ProtocolError
 from .base import CallIO, RunToolContext, ToolArgsError, ToolDef, ToolOutcome
 from .common import Args, cap_head, dumps, resolve_path, variant
 
-WEB_SEARCH_NOT_CONFIGURED = "WebSearch is not configured in cursor-byok (no search backend in this version)"
+WEB_SEARCH_NOT_CONFIGURED = "WebSearch is not configured in cursor-byok (no [web_search] in the providers file)"
 GENERATE_IMAGE_NOT_CONFIGURED = (
-    "GenerateImage is not configured in cursor-byok (no image generation backend in this version)"
+    "GenerateImage is not configured in cursor-byok (no [image_generation] in the providers file)"
 )
 
 
@@ -186,8 +195,25 @@ def _parse_fetch(raw: dict, call_id: str, ctx: RunToolContext) -> apb.WebFetchAr
     return apb.WebFetchArgs(url=url, tool_call_id=call_id)
 
 
+def _web(io: CallIO):
+    from ...web import WebTools
+
+    return io.context.web or WebTools()
+
+
+def _fetch_refused(url: str, message: str) -> ToolOutcome:
+    return ToolOutcome(apb.WebFetchResult(error=apb.WebFetchError(url=url, error=message)), message, is_error=True)
+
+
 async def _run_fetch(io: CallIO, raw: dict, card: Message) -> ToolOutcome:
+    from ...web.fetch import FetchRefused, is_html, readable_text
+
     url = card.url
+    web = _web(io)
+    try:
+        await web.fetch.check(url)
+    except FetchRefused as e:
+        return _fetch_refused(url, str(e))
     _, response = await io.query("web_fetch_request_query", apb.WebFetchRequestQuery(args=card, skip_approval=False),
                                  results=frozenset({"web_fetch_request_response"}))
     if variant(response, "result", "WebFetchRequestResponse") == "rejected":
@@ -202,9 +228,23 @@ async def _run_fetch(io: CallIO, raw: dict, card: Message) -> ToolOutcome:
         return ToolOutcome(apb.WebFetchResult(error=apb.WebFetchError(url=url, error=error)),
                            f"Fetching {url} failed{_because(error)}", is_error=True)
     s = fetched.success
-    result = apb.WebFetchResult(success=apb.WebFetchSuccess(url=s.url or url, markdown=s.content))
-    head = f"URL: {s.url or url}\nStatus: {s.status_code}" + (f" ({s.content_type})" if s.content_type else "")
-    return ToolOutcome(result, cap_head(f"{head}\n\n{s.content}"))
+    final = s.url or url
+    if final != url:  # Cursor followed a redirect: the guard applies to where it ended up too
+        try:
+            await web.fetch.check(final)
+        except FetchRefused as e:
+            return _fetch_refused(url, f"{url} redirected to {e}")
+    content, cut = web.fetch.cap(s.content)
+    if is_html(content, s.content_type):
+        text = await asyncio.to_thread(readable_text, content, final)  # parsing is CPU work
+        text = text.strip() if text else "(the page has no readable text)"
+    else:
+        text = content
+    if cut:
+        text += f"\n\n[The page is larger than {web.fetch.max_bytes // 1024} KB; only its start was read.]"
+    result = apb.WebFetchResult(success=apb.WebFetchSuccess(url=final, markdown=text))
+    head = f"URL: {final}\nStatus: {s.status_code}" + (f" ({s.content_type})" if s.content_type else "")
+    return ToolOutcome(result, cap_head(f"{head}\n\n{text}"))
 
 
 WEB_FETCH = ToolDef("WebFetch", "interaction", "web_fetch_tool_call", _parse_fetch, _run_fetch,
@@ -227,8 +267,20 @@ async def _run_search(io: CallIO, raw: dict, card: Message) -> ToolOutcome:
         reason = response.rejected.reason
         return ToolOutcome(apb.WebSearchResult(rejected=apb.WebSearchRejected(reason=reason)),
                            f"The user declined the web search for {card.search_term!r}{_because(reason)}", is_error=True)
-    return ToolOutcome(apb.WebSearchResult(error=apb.WebSearchError(error=WEB_SEARCH_NOT_CONFIGURED)),
-                       WEB_SEARCH_NOT_CONFIGURED, is_error=True)
+    from ...web.search import SearchFailed, results_text
+
+    web = _web(io)
+    if web.search is None or web.http is None:
+        return ToolOutcome(apb.WebSearchResult(error=apb.WebSearchError(error=WEB_SEARCH_NOT_CONFIGURED)),
+                           WEB_SEARCH_NOT_CONFIGURED, is_error=True)
+    try:
+        hits = await web.search.search(web.http, card.search_term)
+    except SearchFailed as e:
+        message = f"The web search for {card.search_term!r} failed: {e}"
+        return ToolOutcome(apb.WebSearchResult(error=apb.WebSearchError(error=message)), message, is_error=True)
+    references = [apb.WebSearchReference(title=h.title, url=h.url, chunk=h.snippet) for h in hits]
+    return ToolOutcome(apb.WebSearchResult(success=apb.WebSearchSuccess(references=references)),
+                       results_text(card.search_term, hits))
 
 
 WEB_SEARCH = ToolDef("WebSearch", "interaction", "web_search_tool_call", _parse_search, _run_search,
@@ -257,7 +309,38 @@ async def _run_image(io: CallIO, raw: dict, card: Message) -> ToolOutcome:
         # GenerateImageResult has no rejected branch: the refusal is its error.
         message = "The user declined generating the image" + _because(response.rejected.reason)
         return ToolOutcome(_image_error(message), message, is_error=True)
-    return ToolOutcome(_image_error(GENERATE_IMAGE_NOT_CONFIGURED), GENERATE_IMAGE_NOT_CONFIGURED, is_error=True)
+    from ...web.images import ImageFailed
+
+    web = _web(io)
+    if web.images is None or web.http is None:
+        return ToolOutcome(_image_error(GENERATE_IMAGE_NOT_CONFIGURED), GENERATE_IMAGE_NOT_CONFIGURED, is_error=True)
+    try:
+        image = await web.images.generate(web.http, card.description)
+    except ImageFailed as e:
+        message = f"Generating the image failed: {e}"
+        return ToolOutcome(_image_error(message), message, is_error=True)
+    extension = image.mime_type.split("/", 1)[1].replace("jpeg", "jpg")
+    path = card.file_path or _default_image_path(io, card.description, extension)
+    _, written = await io.exec("write_args", apb.WriteArgs(path=path, file_bytes=image.data, tool_call_id=io.call_id),
+                               results=frozenset({"write_result"}))
+    kind = variant(written, "result", "WriteResult")
+    if kind != "success":
+        detail = getattr(getattr(written, kind), "error", "") or kind.replace("_", " ")
+        message = f"The image was generated but could not be saved to {path}: {detail}"
+        return ToolOutcome(_image_error(message), message, is_error=True)
+    result = apb.GenerateImageResult(success=apb.GenerateImageSuccess(
+        file_path=path, image_data=base64.b64encode(image.data).decode("ascii")))
+    content = f"Generated the image and saved it to {path} ({image.mime_type}, {len(image.data)} bytes)."
+    if image.revised_prompt:
+        content += f"\nThe image model used this prompt: {image.revised_prompt}"
+    return ToolOutcome(result, content)
+
+
+def _default_image_path(io: CallIO, description: str, extension: str) -> str:
+    slug = "-".join(re.findall(r"[a-z0-9]+", description.lower())[:6]) or "image"
+    suffix = re.sub(r"[^A-Za-z0-9]", "", io.call_id)[-6:]
+    name = f"generated-images/{slug}-{suffix}.{extension}" if suffix else f"generated-images/{slug}.{extension}"
+    return resolve_path(name, io.context.workspace)
 
 
 GENERATE_IMAGE = ToolDef("GenerateImage", "interaction", "generate_image_tool_call", _parse_image, _run_image,
