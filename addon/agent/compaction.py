@@ -265,7 +265,7 @@ class Compaction(TurnHooks):
         threshold = Threshold.of(turn.route)
         if threshold.limit is None:
             return
-        size = prompt_tokens(turn.messages, system_prompt=turn.system_prompt, tools=turn.mode.tools,
+        size = prompt_tokens(turn.messages, system_prompt=turn.system_prompt, tools=turn.tools,
                              blobs=turn.blobs)
         if threshold.exceeded(size):
             log.info("[%s] prompt ~%d tokens > %d (%g of %d): compacting", turn.run.request_id, size,
@@ -276,7 +276,7 @@ class Compaction(TurnHooks):
         if not isinstance(error, ProviderError) or error.kind != "context_length" or self.retried_overflow:
             return False
         self.retried_overflow = True
-        size = prompt_tokens(turn.messages, system_prompt=turn.system_prompt, tools=turn.mode.tools,
+        size = prompt_tokens(turn.messages, system_prompt=turn.system_prompt, tools=turn.tools,
                              blobs=turn.blobs)
         log.info("[%s] the provider reports the context is full: compacting once and retrying",
                  turn.run.request_id)
