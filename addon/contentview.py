@@ -5,8 +5,8 @@ mitmweb, mitmproxy and mitmdump pick it automatically (their "auto" view) for:
   its nested branch, the ids that pair messages, compact JSON of the message); the end-stream JSON
   as JSON with its `ErrorDetails` decoded; gzip frames inflated; an incomplete tail (a stream still
   running, or cut) shown as such;
-- RunSSE requests (`BidiRequestId`) and BidiAppend requests (request id, seqno, and the hex `data`
-  decoded as an `AgentClientMessage`), unary or enveloped;
+- RunSSE requests (`BidiRequestId`) and BidiAppend requests (request id, seqno, and the hex `data`, or
+  the raw `data_binary` of newer clients, decoded as an `AgentClientMessage`), unary or enveloped;
 - GetServerConfig and GetDefaultModelForCli (unary calls cursor-byok may rewrite): the message as
   JSON, unknown fields numbered.
 Other `application/connect+*` bodies get the envelope listing without message types.
@@ -36,6 +36,7 @@ from mitmproxy import contentviews, http
 from byok.proto import agent_pb2 as apb, aiserver_pb2 as spb
 
 from .agent import connect
+from .agent.cursor.bidi import append_message
 from .router import BIDI_APPEND_PATH, RUN_SSE_PATH
 
 VIEW_NAME = "Cursor Agent"
@@ -383,20 +384,20 @@ def _append_lines(payload: bytes) -> list[Line]:
         request = spb.BidiAppendRequest.FromString(payload)
     except DecodeError as e:
         return [[("error", f"not a BidiAppendRequest: {e}")], [("text", short_bytes(payload))]]
+    carried = " ".join(part for part, present in (
+        (f"data={len(request.data)} hex chars", request.data),
+        (f"data_binary={len(request.data_binary)} bytes", request.data_binary)) if present) or "no data"
     head: Line = [("key", "BidiAppend "), ("text", f"request_id={request.request_id.request_id} "
-                                                     f"seqno={request.append_seqno} data={len(request.data)} hex chars")]
+                                                     f"seqno={request.append_seqno} {carried}")]
     outer_unknown: list[str] = []
     message_json(request, outer_unknown)
     if outer_unknown:
         head.append(("error", f"  unknown fields: {', '.join(outer_unknown)}"))
     try:
-        raw = binascii.unhexlify(request.data)
-    except (binascii.Error, ValueError):
-        return [head, [("error", "data is not hex: "), ("text", short_text(request.data[:200]))]]
-    try:
-        message = apb.AgentClientMessage.FromString(raw)
-    except DecodeError as e:
-        return [head, [("error", f"data is not an AgentClientMessage: {e}")], [("text", short_bytes(raw))]]
+        _, message, _ = append_message(request)
+    except connect.ConnectError as e:
+        shown = short_text(request.data[:200]) if request.data else short_bytes(request.data_binary)
+        return [head, [("error", e.message + ": ")], [("text", shown)]]
     unknown: list[str] = []
     body = compact(message_json(message, unknown))
     kind, ids = summarize(message, _CLIENT_ID_LABEL)

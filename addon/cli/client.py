@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gzip
 import hashlib
 import ssl
 import time
@@ -114,6 +115,10 @@ class CursorClient:
     timeout_s: float = 60.0
     ack_log: list[tuple[float, bytes]] = field(default_factory=list)
     """(time, blob id) of every ACK sent."""
+    append_form: str = "data"
+    """Where appends carry the message: `data` (hex), `data_binary` (raw, newer clients) or `both`."""
+    gzip_appends: bool = False
+    """Send append bodies with `content-encoding: gzip`, as real clients do."""
 
     def __post_init__(self) -> None:
         verify: ssl.SSLContext | bool = True
@@ -151,9 +156,12 @@ class CursorClient:
         if seqno is None:
             seqno = self.next_seqno(request_id)
         self._frames.setdefault(request_id, []).append(Frame("up", time.monotonic(), message, seqno=seqno))
-        data = body if body is not None else encode_bidi_append(request_id, seqno, message)
-        return await self._http.post(self.base_url + BIDI_APPEND, content=data,
-                                     headers={"content-type": "application/proto", "connect-protocol-version": "1"})
+        data = body if body is not None else encode_bidi_append(request_id, seqno, message, self.append_form)
+        headers = {"content-type": "application/proto", "connect-protocol-version": "1"}
+        if self.gzip_appends:
+            data = gzip.compress(data)
+            headers["content-encoding"] = "gzip"
+        return await self._http.post(self.base_url + BIDI_APPEND, content=data, headers=headers)
 
     def append_soon(self, request_id: str, message: apb.AgentClientMessage, delay: float = 0.0) -> None:
         """Fire an append concurrently (the IDE does not wait for one append before the next)."""

@@ -53,6 +53,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="api2.cursor.sh", help="Cursor backend host to address (default api2.cursor.sh)")
     p.add_argument("--timeout", type=float, default=300, help="seconds before giving up (default 300)")
     p.add_argument("--quiet-deltas", action="store_true", help="do not print one line per text/thinking delta")
+    p.add_argument("--append-form", choices=("data", "data_binary"), default="data",
+                   help="how BidiAppends carry the message: hex `data` (default) or raw `data_binary`, as newer "
+                        "Cursor clients send it")
+    p.add_argument("--gzip-appends", action="store_true", help="send BidiAppend bodies gzip-compressed")
     p.set_defaults(func=run)
 
 
@@ -212,7 +216,8 @@ async def _smoke(args: argparse.Namespace, route: SmokeModel, ca: str, workspace
             return await super().append(request_id, message, seqno=seqno, body=body)
 
     client = PrintingClient(proxy, ca, base_url=f"https://{args.host}", on_exec=executor.on_exec,
-                            on_query=ScriptedQueries().on_query, timeout_s=args.timeout)
+                            on_query=ScriptedQueries().on_query, timeout_s=args.timeout,
+                            append_form=args.append_form, gzip_appends=args.gzip_appends)
     request = user_turn_request(prompt, model_id=route.public_id, mode=mode, workspace=str(workspace))
     try:
         async with client:

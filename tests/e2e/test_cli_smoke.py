@@ -74,6 +74,18 @@ def test_smoke_runs_write_read_shell_and_prints_frames(env, provider, tmp_path):
     assert len(provider.requests) - before == 4
 
 
+def test_smoke_sends_newer_clients_appends_when_asked(env, provider, tmp_path):
+    proxy, home = env
+    provider.enqueue("openai_chat",
+                     CHAT.tool_calls([("call_w", "Write", '{"path": "bin.txt", "contents": "binary appends\\n"}')]),
+                     CHAT.text_reply("wrote it with data_binary"))
+    done = cli(home, *smoke_args(proxy, "--workspace", str(tmp_path / "ws"), "--append-form", "data_binary",
+                                 "--gzip-appends"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "wrote it with data_binary" in done.stdout and "OK: " in done.stdout
+    assert (tmp_path / "ws" / "bin.txt").read_text() == "binary appends\n"
+
+
 def test_smoke_failure_names_the_error_and_trace_tells_the_story(env, provider):
     proxy, home = env
     provider.enqueue("openai_chat", HttpError(401, {"error": {"message": "Incorrect API key provided"}}))

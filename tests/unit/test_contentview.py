@@ -222,6 +222,22 @@ def test_bidi_append_enveloped_and_gzip_body():
     assert "request_id=req-e" in lines[0]
 
 
+def test_bidi_append_in_every_form():
+    message = apb.AgentClientMessage(kv_client_message=apb.KvClientMessage(id=4, set_blob_result=apb.SetBlobResult()))
+    size = len(message.SerializeToString())
+    for form, carried in (("data", f"data={2 * size} hex chars"), ("data_binary", f"data_binary={size} bytes"),
+                          ("both", f"data={2 * size} hex chars data_binary={size} bytes")):
+        lines = texts(cv.render_bidi_append(encode_bidi_append("r", 5, message, form), "application/proto"))
+        assert lines[0] == f"BidiAppend request_id=r seqno=5 {carried}", form
+        assert lines[1] == "kv_client_message.set_blob_result  kv=4", form
+    other = apb.AgentClientMessage(client_heartbeat=apb.ClientHeartbeat()).SerializeToString()
+    mixed = spb.BidiAppendRequest(data=message.SerializeToString().hex(), data_binary=other,
+                                  request_id=spb.BidiRequestId(request_id="r")).SerializeToString()
+    assert "data and data_binary hold different messages" in texts(cv.render_bidi_append(mixed))[1]
+    bad = spb.BidiAppendRequest(data_binary=b"\xff\xff", request_id=spb.BidiRequestId(request_id="r"))
+    assert "data_binary is not an AgentClientMessage" in texts(cv.render_bidi_append(bad.SerializeToString()))[1]
+
+
 def test_bidi_append_bad_data():
     not_hex = spb.BidiAppendRequest(data="zz", request_id=spb.BidiRequestId(request_id="g")).SerializeToString()
     assert "data is not hex" in texts(cv.render_bidi_append(not_hex))[1]

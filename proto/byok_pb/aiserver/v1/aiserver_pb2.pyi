@@ -562,14 +562,16 @@ class BedrockState(_message.Message):
     def __init__(self, access_key: _Optional[str] = ..., secret_key: _Optional[str] = ..., region: _Optional[str] = ..., use_bedrock: _Optional[bool] = ..., session_token: _Optional[str] = ...) -> None: ...
 
 class BidiAppendRequest(_message.Message):
-    __slots__ = ("data", "request_id", "append_seqno")
+    __slots__ = ("data", "request_id", "append_seqno", "data_binary")
     DATA_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     APPEND_SEQNO_FIELD_NUMBER: _ClassVar[int]
+    DATA_BINARY_FIELD_NUMBER: _ClassVar[int]
     data: str
     request_id: BidiRequestId
     append_seqno: int
-    def __init__(self, data: _Optional[str] = ..., request_id: _Optional[_Union[BidiRequestId, _Mapping]] = ..., append_seqno: _Optional[int] = ...) -> None: ...
+    data_binary: bytes
+    def __init__(self, data: _Optional[str] = ..., request_id: _Optional[_Union[BidiRequestId, _Mapping]] = ..., append_seqno: _Optional[int] = ..., data_binary: _Optional[bytes] = ...) -> None: ...
 
 class BidiAppendResponse(_message.Message):
     __slots__ = ()
