@@ -39,7 +39,7 @@ from byok.agent import connect  # noqa: E402
 from byok.agent.cursor import updates  # noqa: E402
 from byok.cli.client import CursorClient, user_turn_request  # noqa: E402
 from tests.e2e.conftest import start_proxy  # noqa: E402
-from tests.e2e.harness import MITMDUMP, free_port  # noqa: E402
+from tests.e2e.harness import MITMDUMP, free_port, without_proxy_env  # noqa: E402
 from tests.support.fake_cursor import FakeCursor  # noqa: E402
 from tests.support.scripted_provider import CHAT, Ev, ScriptedProvider, Sse  # noqa: E402
 
@@ -97,7 +97,7 @@ class BareProxy:
                 "--listen-host", "127.0.0.1", "--listen-port", "0", "--set", f"confdir={confdir}",
                 "--set", f"test_upstream=127.0.0.1:{self.upstream_port}", "--set", "ssl_insecure=true",
                 "--set", "connection_strategy=lazy", "--set", "stream_large_bodies=1"]
-        env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+        env = without_proxy_env(os.environ)
         t0 = time.monotonic()
         with open(log_path, "wb") as log:
             self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env,

@@ -3,9 +3,11 @@ Cursor's live updates (thinking, text, tool cards, token count), and keep its ll
 
     ModelCall(turn, call_index)() -> CallResult   (raises ProviderError / ConfigError / cancellation)
 
-The llm_calls row is written before the HTTP request goes out and finished whatever happens. The
-first model event waits for the turn's initial checkpoint (its ACK round trips overlap the
-provider's time to first token, the frame order stays the same).
+The llm_calls row is queued on the store thread before the HTTP request goes out (written while
+the request travels) and finished whatever happens. Model output streams at once (PROTOCOL 10.4):
+it is not a checkpoint, so it never waits for the initial checkpoint's ACKs. The call's end does:
+nothing that follows it (a round's checkpoints, turn_ended, an error end-stream) may overtake the
+initial checkpoint, so a failed call still leaves the user turn restorable.
 """
 
 from __future__ import annotations
@@ -72,28 +74,28 @@ class ModelCall:
         request = ModelRequest(route=route, system=turn.system_prompt, items=items, tools=turn.tools)
         adapter = adapter_for(route.kind)
         model_call_id = svc.ids.new("model-call")
-        self.llm_id = await svc.store.begin_llm_call({
+        self.llm_row = asyncio.ensure_future(svc.store.begin_llm_call({
             "request_id": run.request_id, "conversation_id": turn.conversation_id,
             "call_index": self.call_index, "model_call_id": model_call_id, "provider": route.provider,
             "provider_kind": route.kind, "model_public_id": route.public_id, "model": route.model_id,
             "started_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
             "message_count": len(items), "tool_count": len(turn.tools),
-        })
+        }))
         cards = Cards(turn, model_call_id)
         self.metrics, self.cycle = CallMetrics(), ModelCycle()
         self.raw = bytearray() if svc.verbose_llm else None
         try:
             http_request = adapter.build_request(request)
+            await run.client_listening()
             if svc.verbose_llm:
                 body = json.dumps(http_request.body, ensure_ascii=False, sort_keys=True)
-                await svc.store.finish_llm_call(self.llm_id, {"request_body": redact(body, [route])})
+                await svc.store.finish_llm_call(await self.llm_row, {"request_body": redact(body, [route])})
             async with contextlib.aclosing(
                 stream_http(svc.http, http_request, adapter.new_fold(route.provider), provider=route.provider,
                             model=route.model_id, metrics=self.metrics, cycle=self.cycle, limits=svc.provider_limits,
                             on_raw=self.raw.extend if self.raw is not None else None)
             ) as events:
                 async for event in events:
-                    await turn._initial_checkpoint()
                     self._on_event(event)
                     cards.on_event(event)
             await turn._initial_checkpoint()
@@ -150,7 +152,7 @@ class ModelCall:
         }
         if self.raw is not None:  # verbose mode: the raw SSE, with any echo of the key removed
             row["raw_response"] = redact(bytes(self.raw).decode("utf-8", "replace"), [self.turn.route]).encode()
-        await self.turn.svc.store.finish_llm_call(self.llm_id, row)
+        await self.turn.svc.store.finish_llm_call(await self.llm_row, row)
 
 
 def _ms(seconds: float | None) -> float | None:

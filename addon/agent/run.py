@@ -24,7 +24,7 @@ from byok.proto import agent_pb2 as apb
 
 from . import connect, drift
 from .cursor import updates
-from .errors import AckTimeout, InternalError, ProtocolError, RunCanceled, RunError
+from .errors import AckTimeout, InternalError, ProtocolError, RunCanceled, RunError, ShuttingDown
 
 log = logging.getLogger("byok.run")
 
@@ -74,6 +74,7 @@ class Run:
     _fail_with: RunError | None = None
     _last_emit: float = field(default_factory=time.monotonic)
     _stream_attached: asyncio.Event = field(default_factory=asyncio.Event)
+    _stream_deadline: float = 0.0
     _closed: bool = False
     execs: object = None
     """The exec/interaction table (tools/dispatch.py) once the run has tools."""
@@ -84,13 +85,18 @@ class Run:
     # ---- lifecycle ----------------------------------------------------------------------------
 
     def start(self, turn: Callable[["Run"], Awaitable[None]]) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._main(turn), name=f"run {self.request_id}")
-        self._ticker = asyncio.get_running_loop().create_task(self._heartbeats(), name=f"hb {self.request_id}")
+        loop = asyncio.get_running_loop()
+        self._stream_deadline = loop.time() + self.settings.stream_attach_timeout_s
+        self._task = loop.create_task(self._main(turn), name=f"run {self.request_id}")
+        self._ticker = loop.create_task(self._heartbeats(), name=f"hb {self.request_id}")
 
     async def _main(self, turn: Callable[["Run"], Awaitable[None]]) -> None:
+        """The turn starts at once: its preparation (claim, history, the runtime message) overlaps the
+        client's stream arriving. A watchdog ends a run whose stream never comes, and the provider is
+        not called before it is there (`client_listening`)."""
         error: RunError | None = None
+        watchdog = asyncio.get_running_loop().call_at(self._stream_deadline, self._stream_never_came)
         try:
-            await self._wait_for_stream()
             await turn(self)
         except asyncio.CancelledError:
             error = self._fail_with or RunCanceled("run canceled")
@@ -99,13 +105,30 @@ class Run:
         except Exception as e:  # a bug must still end the stream with a proper Connect error
             log.exception("[%s] internal error", self.request_id)
             error = InternalError(f"internal error: {type(e).__name__}: {e}")
+        finally:
+            watchdog.cancel()
+        if not self.terminal and not isinstance(error, ShuttingDown):
+            await self._until_stream_attached()  # an early failure still reaches the client's stream
         await self.finish(error)
 
-    async def _wait_for_stream(self) -> None:
+    def _stream_never_came(self) -> None:
+        if not self.stream_attached:
+            self.fail(RunCanceled(f"RunSSE for {self.request_id} never opened"))
+
+    async def _until_stream_attached(self) -> None:
+        remaining = self._stream_deadline - asyncio.get_running_loop().time()
+        if self.stream_attached or remaining <= 0:
+            return
         try:
-            await asyncio.wait_for(self._stream_attached.wait(), self.settings.stream_attach_timeout_s)
-        except asyncio.TimeoutError:
-            raise RunCanceled(f"RunSSE for {self.request_id} never opened") from None
+            await asyncio.wait_for(self._stream_attached.wait(), remaining)
+        except (asyncio.TimeoutError, asyncio.CancelledError):
+            pass  # finish() follows either way
+
+    async def client_listening(self) -> None:
+        """Wait until the client's stream is attached (at once when it is): the turn calls it before
+        the provider, so no provider call is paid for a run nobody listens to."""
+        if not self.stream_attached:
+            await self._stream_attached.wait()  # bounded by the watchdog, which ends the run
 
     def attach_stream(self) -> None:
         self._stream_attached.set()

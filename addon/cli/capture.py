@@ -483,6 +483,7 @@ def normalise(capture: Capture) -> list[str]:
         else:
             label = f"r{r.get('run')} {t}" + (f" call{r['call']}" if "call" in r else "")
             blocks.append((t, list(_leaves(label, ids, {k: v for k, v in r.items() if k not in ("t", "run", "call")}))))
+    blocks = _lane_initial_window(blocks)
     lines: list[str] = []
     i = 0
     while i < len(blocks):
@@ -500,6 +501,32 @@ def normalise(capture: Capture) -> list[str]:
             lines += b
         i = j
     return lines
+
+
+STATE_SYNC_KINDS = ("kv_server_message", "conversation_checkpoint_update")
+
+
+def _lane_initial_window(blocks: list[tuple[str, list[str]]]) -> list[tuple[str, list[str]]]:
+    """Model output streams while the initial checkpoint waits for its ACKs (PROTOCOL 10.4), so until
+    a run's first checkpoint the two are a race: compare that window as two lanes, the state sync
+    (KV and the checkpoint) first, then the live updates, each in its own order."""
+    out: list[tuple[str, list[str]]] = []
+    window: dict[str, tuple[list, list]] = {}
+    closed: set[str] = set()
+    for group, block in blocks:
+        if not group.endswith(" down") or group in closed:
+            out.append((group, block))
+            continue
+        state, live = window.setdefault(group, ([], []))
+        kind = block[0].split(" ", 2)[2]
+        (state if kind.startswith(STATE_SYNC_KINDS) else live).append((group, block))
+        if kind == "conversation_checkpoint_update":
+            closed.add(group)
+            out += state + live
+    for group, (state, live) in window.items():
+        if group not in closed:  # a run that never published a checkpoint
+            out += state + live
+    return out
 
 
 _B64_32 = re.compile(r"[A-Za-z0-9+/]{43}=")

@@ -109,6 +109,8 @@ class CursorClient:
     """Sent as `x-cursor-client-version` on RunSSE, as the IDE does."""
     ack_delay_s: float = 0.0
     ack_blobs: bool = True
+    ack_gate: asyncio.Event | None = None
+    """When set, blob ACKs wait until this event is set (tests what the server does meanwhile)."""
     corrupt_gets: bool = False
     """Answer KV GETs with data that does not hash to the id (tests the server's check)."""
     get_log: list[bytes] = field(default_factory=list)
@@ -263,10 +265,22 @@ class CursorClient:
         task.add_done_callback(self._tasks.discard)
 
     def _ack(self, request_id: str, kv_id: int, blob_id: bytes) -> None:
-        self.ack_log.append((time.monotonic(), blob_id))
-        self.append_soon(request_id, apb.AgentClientMessage(
-            kv_client_message=apb.KvClientMessage(id=kv_id, set_blob_result=apb.SetBlobResult())),
-            delay=self.ack_delay_s)
+        message = apb.AgentClientMessage(
+            kv_client_message=apb.KvClientMessage(id=kv_id, set_blob_result=apb.SetBlobResult()))
+        if self.ack_gate is None:
+            self.ack_log.append((time.monotonic(), blob_id))
+            self.append_soon(request_id, message, delay=self.ack_delay_s)
+            return
+        seqno = self.next_seqno(request_id)  # the gap holds every later append back too, as in the IDE
+
+        async def after_gate() -> None:
+            await self.ack_gate.wait()
+            self.ack_log.append((time.monotonic(), blob_id))
+            await self.append(request_id, message, seqno=seqno)
+
+        task = asyncio.get_running_loop().create_task(after_gate())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def frames(self, request_id: str) -> list[Frame]:
         return self._frames.get(request_id, [])

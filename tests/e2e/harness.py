@@ -108,7 +108,7 @@ class Proxy:
             args += ["--set", f"{key}={value}"]
         log = open(self.log_path, "ab")
         t0 = time.monotonic()
-        env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+        env = without_proxy_env(os.environ)
         self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env,
                                         start_new_session=True)
         offset = len(self.log())
@@ -149,6 +149,14 @@ class Proxy:
 
     def client(self, **kwargs) -> CursorClient:
         return CursorClient(self.url, self.ca_file, **kwargs)
+
+
+def without_proxy_env(environ) -> dict[str, str]:
+    """The environment for a mitmdump under test: no proxy variables (traffic stays on loopback), and
+    bytecode caching on as on a user's machine (PYTHONDONTWRITEBYTECODE would recompile every module
+    at every start)."""
+    return {k: v for k, v in environ.items()
+            if not k.lower().endswith("_proxy") and k != "PYTHONDONTWRITEBYTECODE"}
 
 
 def free_port() -> int:

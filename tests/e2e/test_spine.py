@@ -96,6 +96,33 @@ def test_text_turn_frame_order_barrier_usage(env, provider):
     assert root_json["role"] == "assistant" and root_json["id"] == "1" and "origin" not in root_json
 
 
+def test_text_streams_before_the_initial_checkpoint_which_still_waits_for_its_acks(env, provider):
+    """PROTOCOL 10.4: model output is not a checkpoint, so it never waits for the initial checkpoint's
+    ACKs; the checkpoint itself still does. The client withholds every ACK until it has seen text:
+    a server that held text back behind the barrier would deadlock here (and fail on its ACK timeout)."""
+    proxy, model = env
+    provider.enqueue("openai_chat", CHAT.text_reply("streamed before any checkpoint"))
+
+    async def scenario():
+        async with proxy.client(ack_gate=asyncio.Event()) as client:
+            def on_frame(frame):
+                if frame.kind == "interaction_update.text_delta":
+                    client.ack_gate.set()
+
+            result = await client.run(user_turn_request("hello", model_id=model), on_frame=on_frame)
+            return result, dict(client.blobs), list(client.ack_log)
+
+    result, blobs, acks = run(scenario())
+    assert result.end_error is None and result.text() == "streamed before any checkpoint"
+    kinds = result.kinds()
+    assert kinds.index("interaction_update.text_delta") < kinds.index("conversation_checkpoint_update")
+    ack_time = {blob_id: t for t, blob_id in acks}
+    first_text = result.down("interaction_update.text_delta")[0].t
+    for frame in result.down("conversation_checkpoint_update"):
+        for blob_id in referenced_blobs(frame.message.conversation_checkpoint_update, blobs):
+            assert first_text < ack_time[blob_id] < frame.t  # ACKed after the text, before the checkpoint
+
+
 def test_second_run_with_checkpoint_keeps_the_provider_prefix(env, provider):
     proxy, model = env
     provider.enqueue("openai_chat", CHAT.text_reply("first answer"), CHAT.text_reply("second answer"))

@@ -2,6 +2,7 @@
 
 import asyncio
 
+from byok.agent.run import RunSettings
 from byok.agent.runtime import Route, RouteTimeout, Runtime
 from byok.cli.client import user_turn_request
 from byok.proto import agent_pb2 as apb
@@ -35,7 +36,36 @@ def test_route_decided_by_the_first_run_request():
         await rt.shutdown(timeout=1)
         return started
 
-    assert asyncio.run(scenario()) == []  # no RunSSE attached: the turn never starts
+    # the turn's preparation starts at once, overlapping the RunSSE's arrival (upstream: no turn)
+    assert asyncio.run(scenario()) == ["a"]
+
+
+def test_the_provider_waits_for_the_stream_and_a_stream_that_never_comes_ends_the_run():
+    async def scenario():
+        seen = []
+
+        async def turn(run):
+            seen.append("prepared")
+            await run.client_listening()  # what model_call awaits before the provider request
+            seen.append("provider called")
+
+        rt = Runtime(is_user_model=lambda model_id: True, make_turn=lambda request: turn,
+                     settings=RunSettings(stream_attach_timeout_s=0.2))
+        rt.on_append("late", 0, run_request("mine"), b"")
+        rt.on_append("never", 0, run_request("mine"), b"")
+        late, never = rt.run("late"), rt.run("never")
+        await asyncio.sleep(0.05)
+        assert seen == ["prepared", "prepared"]
+        late.attach_stream()
+        await late.wait()
+        await never.wait()
+        frames = [f async for f in never.frames()]
+        return seen, late.outcome, never.outcome, frames[-1]
+
+    seen, late, never, end = asyncio.run(scenario())
+    assert seen == ["prepared", "prepared", "provider called"]
+    assert (late, never) == ("completed", "canceled")
+    assert b"never opened" in end
 
 
 def test_early_append_waits_and_times_out():
