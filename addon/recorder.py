@@ -39,6 +39,8 @@ from .router import BIDI_APPEND_PATH
 log = logging.getLogger("byok.recorder")
 
 LIVE_UPDATE_INTERVAL_S = 0.25
+PARK_MS = 10_000
+PARK_PER_REQUEST = 256
 FLUSH_INTERVAL_S = 0.2
 MAX_PENDING_BYTES = 64 * 1024 * 1024
 """Frames waiting for the store beyond this are dropped (and counted): a stuck disk must not grow
@@ -109,6 +111,8 @@ class FrameWriter:
         self._versions: OrderedDict[str, str] = OrderedDict()
         self.drift = drift.DriftTally()
         self._drift_logged: set[tuple] = set()
+        self._parked: OrderedDict[str, list[tuple]] = OrderedDict()
+        """request id -> frames whose drift waits for the client's version (its RunSSE headers)."""
 
     def write(self, store, batch: list[Captured]) -> int:
         rows, learned = [], {}
@@ -119,6 +123,7 @@ class FrameWriter:
         for row in rows:
             row["conversation_id"] = self._conversations.get(row["request_id"])
         store.record_frames(rows)
+        self._release_parked(store)
         tallied = self.drift.take()
         if tallied:
             store.record_drift(tallied)
@@ -163,8 +168,40 @@ class FrameWriter:
 
     def count_drift(self, store, direction: str, message, request_id: str, ts_ms: int) -> None:
         """Tally the unknown fields of one decoded frame (any transport's recorder path calls this on
-        the store thread); the first sighting of each kind of drift is logged."""
+        the store thread); the first sighting of each kind of drift is logged. A frame recorded before
+        its request's RunSSE headers told the client's version waits for them (PARK_MS at most)."""
         version = self._client_version(store, request_id)
+        if request_id not in self._versions and drift.unknowns(message):  # no RunSSE headers seen yet
+            parked = self._parked.setdefault(request_id, [])
+            if len(parked) < PARK_PER_REQUEST:
+                parked.append((direction, message, ts_ms))
+                while len(self._parked) > self.max_requests:
+                    self._tally_parked(store, *self._parked.popitem(last=False))
+                return
+        self._tally(direction, message, request_id, version, ts_ms)
+
+    def _release_parked(self, store, *, everything: bool = False) -> None:
+        now = now_ms()
+        for request_id in list(self._parked):
+            version = self._client_version(store, request_id)
+            frames = self._parked[request_id]
+            if request_id in self._versions or everything or now - frames[0][2] > PARK_MS:
+                del self._parked[request_id]
+                self._tally_parked(store, request_id, frames, version)
+
+    def _tally_parked(self, store, request_id: str, frames: list[tuple], version: str | None = None) -> None:
+        version = self._client_version(store, request_id) if version is None else version
+        for direction, message, ts_ms in frames:
+            self._tally(direction, message, request_id, version, ts_ms)
+
+    def settle_parked(self, store, *, everything: bool = False) -> None:
+        """Tally the parked frames whose client version is now known (at shutdown: all of them)."""
+        self._release_parked(store, everything=everything)
+        tallied = self.drift.take()
+        if tallied:
+            store.record_drift(tallied)
+
+    def _tally(self, direction: str, message, request_id: str, version: str, ts_ms: int) -> None:
         for u in self.drift.observe(direction, message, request_id, client_version=version, ts_ms=ts_ms):
             key = (direction, u.path, u.field_number, u.wire_type, version)
             if key not in self._drift_logged and len(self._drift_logged) < 10_000:
@@ -396,6 +433,8 @@ class Recorder:
         for tee in self._tees.values():
             tee.keep()  # `-w` writes live flows at shutdown; streams still ending finish later
         await self.flush()
+        if self.store is not None:
+            await self.store.call(self.writer.settle_parked, everything=True)
 
     # ---- store -------------------------------------------------------------------------------------
 
@@ -406,6 +445,7 @@ class Recorder:
                 clients, self._clients = self._clients, []
                 try:
                     await asyncio.shield(self.store.record_clients(clients))
+                    await asyncio.shield(self.store.call(self.writer.settle_parked))
                 except Exception:
                     log.exception("could not record %d RunSSE clients", len(clients))
             if self._pending and self.store is not None:

@@ -17,7 +17,7 @@ from byok.agent.cursor.bidi import encode_bidi_append
 from byok.cli.client import user_turn_request
 from byok.options import Options
 from byok.proto import agent_pb2 as apb, aiserver_pb2 as spb
-from byok.recorder import Captured, FrameWriter, Recorder, server_kind
+from byok.recorder import Captured, FrameWriter, Recorder, now_ms, server_kind
 from byok.store import AsyncStore
 from byok.store.store import Store
 
@@ -108,6 +108,29 @@ def test_writer_numbers_per_direction_and_fills_conversation_from_the_run_reques
     # a new writer (restart, or the counters left the cache) numbers on from the database
     FrameWriter().write(store, [Captured("req-a", "down", 1004, None, 0, text)])
     assert [s for d, s, *_ in rows(tmp_path / "b.db", "req-a") if d == "down"] == [0, 1, 2]
+    store.close()
+
+
+def test_drift_of_frames_recorded_before_the_runsse_headers_waits_for_the_client_version(tmp_path):
+    """A local run starts at its run_request, which can be recorded before its RunSSE (whose headers
+    carry the client's version) arrives: the drift of such frames is tallied once the version is known,
+    or without one after PARK_MS, never lost."""
+    from google.protobuf.internal import encoder
+
+    store = Store.open(tmp_path / "b.db")
+    writer = FrameWriter()
+    drifted = updates.text_delta("new field")
+    drifted.interaction_update.text_delta.MergeFromString(encoder._VarintBytes((901 << 3) | 0) + b"\x01")
+    writer.write(store, [Captured("req-v", "down", now_ms(), None, 0, drifted.SerializeToString())])
+    assert store.db.execute("SELECT count(*) FROM protocol_drift").fetchone() == (0,)
+    store.record_clients([{"request_id": "req-v", "client_version": "3.20.1", "user_agent": None, "ts_ms": 1}])
+    writer.settle_parked(store)
+    assert store.db.execute("SELECT client_version, count FROM protocol_drift").fetchall() == [("3.20.1", 1)]
+    # a request whose RunSSE never says: tallied without a version at shutdown
+    writer.write(store, [Captured("req-x", "down", now_ms(), None, 0, drifted.SerializeToString())])
+    writer.settle_parked(store, everything=True)
+    assert sorted(store.db.execute("SELECT client_version, count FROM protocol_drift").fetchall()) == [
+        ("", 1), ("3.20.1", 1)]
     store.close()
 
 
