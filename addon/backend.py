@@ -18,7 +18,7 @@ from . import options
 from .agent import connect
 from .agent.clock import Clock, CountingIds, FixedClock, Ids
 from .agent.config import ProvidersFile
-from .agent.cursor.bidi import decode_bidi_append, decode_run_sse
+from .agent.cursor.bidi import UnusableAppend, decode_bidi_append, decode_run_sse
 from .agent.errors import AccessDenied, RunError
 from .agent.loop import Services, make_turn_factory
 from .agent.providers.io import StreamLimits, make_client
@@ -81,7 +81,7 @@ class Backend:
         )
         services.claim_conversation = self.runtime.claim_conversation
         services.web = self._web_tools
-        self.server = StreamServer(self.runtime.run)
+        self.server = StreamServer(self.runtime.stream_run)
         await self.server.start()
         self._ready.set()
         if settings.gc_days > 0:
@@ -194,7 +194,8 @@ class Backend:
             return
         flow.metadata["byok_request_id"] = request_id
         runtime = self.runtime
-        if request_id in runtime.finished or ((run := runtime.run(request_id)) is not None and run.stream_attached):
+        run = runtime.run(request_id)  # live, or ended before a RunSSE attached (that one still gets its end)
+        if (run is None and request_id in runtime.finished) or (run is not None and run.stream_attached):
             self._stream_error(flow, connect.ConnectError(
                 connect.Code.ALREADY_EXISTS, f"request {request_id} already has a RunSSE stream; it is not replayed"))
             return
@@ -235,6 +236,16 @@ class Backend:
             append = decode_bidi_append(
                 flow.request.get_content(strict=True) or b"", flow.request.headers.get("content-type", "application/proto")
             )
+        except UnusableAppend as e:  # names its request and seqno: that seqno is used up
+            flow.metadata["byok_request_id"] = e.request_id
+            route = self.runtime.reject_append(e.request_id, e.seqno, e.message, local_allowed=self._allowed(flow))
+            if route is Route.UPSTREAM:
+                flow.metadata["byok"] = "upstream"  # Cursor's own run: its backend judges the append
+            elif route is Route.REFUSED:
+                self._unary_error(flow, self._refusal(flow, e.request_id))
+            else:
+                self._unary_error(flow, e)
+            return
         except (connect.ConnectError, ValueError) as e:
             error = e if isinstance(e, connect.ConnectError) else connect.ConnectError(connect.Code.INVALID_ARGUMENT, str(e))
             self._unary_error(flow, error)

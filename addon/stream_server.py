@@ -12,6 +12,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from .agent import connect
 from .agent.errors import RunCanceled
 from .agent.run import Run
 
@@ -52,9 +53,17 @@ class StreamServer:
                 head = await reader.readuntil(b"\r\n\r\n")
                 headers = _parse_headers(head)
                 await _drain_body(reader, headers)
-                run = self._lookup(headers.get(RUN_HEADER, ""))
+                request_id = headers.get(RUN_HEADER, "")
+                run = self._lookup(request_id)
                 if run is None or run.stream_attached:
-                    writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+                    # never a bare answer: every RunSSE the proxy took ends with an end-stream
+                    error = connect.ConnectError(connect.Code.NOT_FOUND, f"no run for request {request_id} any more") \
+                        if run is None else connect.ConnectError(
+                            connect.Code.ALREADY_EXISTS, f"request {request_id} already has a RunSSE stream")
+                    log.warning("[%s] RunSSE answered without a run: %s", request_id, error.message)
+                    body = connect.encode_end_stream(error)
+                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/connect+proto\r\n"
+                                 b"content-length: %d\r\n\r\n%s" % (len(body), body))
                     await writer.drain()
                     continue
                 await self._stream(run, writer)

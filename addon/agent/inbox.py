@@ -25,6 +25,10 @@ class Inbox(Generic[T]):
     def held(self) -> int:
         return len(self._held)
 
+    def awaits(self, seqno: int) -> bool:
+        """Whether `seqno` is still to come (neither delivered nor held)."""
+        return seqno >= self.next_seqno and seqno not in self._held
+
     def push(self, seqno: int, item: T) -> list[T]:
         if seqno < self.next_seqno or seqno in self._held:
             self.duplicates += 1

@@ -85,10 +85,19 @@ class Run:
     # ---- lifecycle ----------------------------------------------------------------------------
 
     def start(self, turn: Callable[["Run"], Awaitable[None]]) -> None:
+        if self.terminal or self._fail_with is not None:
+            return  # failed before its turn began: `fail` already took the terminal door
         loop = asyncio.get_running_loop()
         self._stream_deadline = loop.time() + self.settings.stream_attach_timeout_s
         self._task = loop.create_task(self._main(turn), name=f"run {self.request_id}")
+        self._task.add_done_callback(self._task_done)
         self._ticker = loop.create_task(self._heartbeats(), name=f"hb {self.request_id}")
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        # A task cancelled before its first step never runs `_main`, so never reaches `finish`
+        # (appends processed in one go: run_request, then a message that fails the run at once).
+        if not self.terminal:
+            asyncio.ensure_future(self.finish(self._fail_with or RunCanceled("run canceled")))
 
     async def _main(self, turn: Callable[["Run"], Awaitable[None]]) -> None:
         """The turn starts at once: its preparation (claim, history, the runtime message) overlaps the
@@ -147,7 +156,9 @@ class Run:
             return
         if self._fail_with is None:
             self._fail_with = error
-        if self._task is not None and not self._task.done():
+        if self._task is None:  # no turn yet (RunSSE or run_request still to come): end it directly
+            asyncio.ensure_future(self.finish(self._fail_with))
+        elif not self._task.done():
             self._task.cancel()
 
     def cancel(self, error: RunCanceled) -> None:

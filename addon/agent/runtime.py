@@ -43,6 +43,8 @@ class RequestChannel:
     inbox: Inbox = field(default_factory=Inbox)
     run: Run | None = None
     started: bool = False
+    rejected: tuple[int, str] | None = None
+    """(seqno, why) of the first append the proxy rejected for this request: that seqno never comes."""
 
 
 class RouteTimeout(Exception):
@@ -73,6 +75,10 @@ class Runtime:
     channels: dict[str, RequestChannel] = field(default_factory=dict)
     finished: OrderedDict = field(default_factory=OrderedDict)
     """request_id -> outcome of finished local runs (a second RunSSE gets already_exists)."""
+    unclaimed: OrderedDict = field(default_factory=OrderedDict)
+    """request_id -> a run that ended before its RunSSE attached: that RunSSE still gets its end-stream."""
+    rejected_early: OrderedDict = field(default_factory=OrderedDict)
+    """request_id -> (seqno, why) of a rejected append whose request has no route yet."""
     upstream: OrderedDict = field(default_factory=OrderedDict)
     """request ids routed upstream (their later appends and RunSSE pass through), most recent last."""
     refused: OrderedDict = field(default_factory=OrderedDict)
@@ -129,6 +135,7 @@ class Runtime:
                 frame_sink=self.frame_sink_for(ch.request_id),
                 on_finished=self._finished,
             )
+            ch.rejected = self.rejected_early.pop(ch.request_id, None)
             # the run_request may sit behind a seqno gap that never fills: do not keep the run forever
             asyncio.get_running_loop().call_later(self.settings.stream_attach_timeout_s, self._expire_unstarted, ch)
         ch.route.set_result(route)
@@ -179,7 +186,40 @@ class Runtime:
                 run.start(self.make_turn(msg.run_request))
             else:
                 run.deliver(msg)
+        self._end_if_rejected(ch)
         return route
+
+    def reject_append(self, request_id: str, seqno: int, why: str, *, local_allowed: bool = True) -> Route | None:
+        """An append of this request the proxy could not use: its seqno is used up, so nothing after
+        it could ever be delivered. A local run ends at once with a protocol error (docs/
+        troubleshooting.md); before the route is known the rejection waits for a local run to end it.
+        Returns the route if known (UPSTREAM: the caller passes the append on untouched)."""
+        known = self.known_route(request_id)
+        if known in (Route.UPSTREAM, Route.REFUSED):
+            return known
+        if not local_allowed:  # never lets another client end someone's run
+            return None if known is None else Route.REFUSED
+        ch = self.channels.get(request_id)
+        if ch is None or not ch.route.done():
+            if request_id not in self.finished and request_id not in self.rejected_early:
+                self.rejected_early[request_id] = (seqno, why)
+                while len(self.rejected_early) > 1024:
+                    self.rejected_early.popitem(last=False)
+            return self.known_route(request_id)
+        if ch.rejected is None or seqno < ch.rejected[0]:
+            ch.rejected = (seqno, why)
+        self._end_if_rejected(ch)
+        return ch.route.result()
+
+    def _end_if_rejected(self, ch: RequestChannel) -> None:
+        if ch.rejected is None or ch.run is None or ch.run.terminal:
+            return
+        seqno, why = ch.rejected
+        if not ch.inbox.awaits(seqno):
+            ch.rejected = None  # a good copy of that seqno arrived (a retry): nothing is lost
+            return
+        ch.run.fail(ProtocolError(
+            f"BidiAppend append_seqno {seqno} was rejected ({why}); the appends after it can never be delivered"))
 
     # ---- runs -------------------------------------------------------------------------------------
 
@@ -190,8 +230,18 @@ class Runtime:
                 f"the run_request never became deliverable: append_seqno {missing} never arrived")))
 
     def run(self, request_id: str) -> Run | None:
+        """The local run of this request: live, or ended before its RunSSE attached."""
         ch = self.channels.get(request_id)
-        return None if ch is None else ch.run
+        if ch is not None and ch.run is not None:
+            return ch.run
+        return self.unclaimed.get(request_id)
+
+    def stream_run(self, request_id: str) -> Run | None:
+        """The run a RunSSE should stream (the stream server's lookup): handed out once."""
+        run = self.run(request_id)
+        if run is not None and run.terminal:
+            self.unclaimed.pop(request_id, None)
+        return run
 
     def claim_conversation(self, run: Run, conversation_id: str) -> None:
         """A newer run owns the conversation: the older one ends canceled (late events are fenced
@@ -209,6 +259,12 @@ class Runtime:
         if run.conversation_id and self.by_conversation.get(run.conversation_id) is run:
             del self.by_conversation[run.conversation_id]
         self.channels.pop(run.request_id, None)
+        if not run.stream_attached:  # its RunSSE may be on the way to the stream server
+            self.unclaimed[run.request_id] = run
+            while len(self.unclaimed) > 1024:
+                self.unclaimed.popitem(last=False)
+            asyncio.get_running_loop().call_later(
+                self.settings.stream_attach_timeout_s, lambda: self.unclaimed.pop(run.request_id, None))
         if self.on_run_finished is not None:
             await self.on_run_finished(run, error)
 

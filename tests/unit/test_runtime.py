@@ -2,6 +2,7 @@
 
 import asyncio
 
+from byok.agent.errors import ProtocolError
 from byok.agent.run import RunSettings
 from byok.agent.runtime import Route, RouteTimeout, Runtime
 from byok.cli.client import user_turn_request
@@ -129,3 +130,150 @@ def test_a_run_request_stuck_behind_a_seqno_gap_expires():
 
     run, channels = asyncio.run(scenario())
     assert run.terminal and run.outcome == "failed" and "gap" not in channels
+
+
+# ---- issue 10.8: no hang, no bare answer ---------------------------------------------------------------
+
+UNKNOWN_EXEC = apb.AgentClientMessage(exec_client_message=apb.ExecClientMessage(id=5, read_result=apb.ReadResult()))
+
+
+async def drain(run) -> list[bytes]:
+    """What the stream server would write for this run."""
+    return [chunk async for chunk in run.frames()]
+
+
+def end_error(chunks: list[bytes]):
+    from byok.agent import connect
+
+    frames = connect.decode_all(b"".join(chunks))
+    assert frames[-1].end_stream
+    return connect.parse_end_stream(frames[-1].payload)
+
+
+def test_a_run_failing_in_the_same_tick_it_starts_still_ends_and_its_runsse_gets_the_error():
+    """run_request and a bad message processed in one go: the turn task is cancelled before its
+    first step, so it never runs its own `finish`."""
+    async def scenario():
+        started = []
+        rt = make_runtime(started)
+        rt.on_append("r", 0, run_request("mine"), b"")
+        rt.on_append("r", 1, UNKNOWN_EXEC, b"")
+        await asyncio.sleep(0.05)
+        run = rt.stream_run("r")  # the RunSSE reaches the stream server only now
+        assert run is not None and run.terminal and not run.stream_attached
+        run.attach_stream()
+        return started, await drain(run), rt.stream_run("r")
+
+    started, chunks, again = asyncio.run(scenario())
+    assert started == []  # the turn never ran
+    error = end_error(chunks)
+    assert error.code.value == "invalid_argument" and "exec" in error.message.lower()
+    assert again is None  # handed out once
+
+
+def test_a_run_failing_before_its_runsse_attached_is_kept_for_that_runsse():
+    async def scenario():
+        rt = make_runtime([])
+        rt.settings.stream_attach_timeout_s = 0.3
+        rt.on_append("r", 0, run_request("mine"), b"")
+        await asyncio.sleep(0.01)  # the turn runs, its stream not there yet
+        rt.on_append("r", 1, UNKNOWN_EXEC, b"")
+        await asyncio.sleep(0.05)
+        run = rt.stream_run("r")  # waiting for its stream, or ended: either way that RunSSE gets the end
+        run.attach_stream()
+        chunks = await drain(run)
+        # a run that never started its turn (its run_request behind a rejected seqno) ends at once and
+        # waits, unclaimed, for its RunSSE until the attach timeout
+        rt.on_append("s", 1, run_request("mine"), b"")
+        rt.reject_append("s", 0, "empty data")
+        await asyncio.sleep(0.05)
+        kept = rt.run("s")
+        await asyncio.sleep(0.4)
+        return chunks, kept, rt.run("s")
+
+    chunks, kept, later = asyncio.run(scenario())
+    assert end_error(chunks).code.value == "invalid_argument"
+    assert kept is not None and kept.terminal and later is None
+
+
+def test_a_rejected_append_ends_the_local_run_at_once():
+    async def scenario():
+        rt = make_runtime([])
+        rt.on_append("r", 0, run_request("mine"), b"")
+        run = rt.run("r")
+        assert rt.reject_append("r", 1, "data is not hex") is Route.LOCAL
+        await asyncio.sleep(0.01)
+        return run
+
+    run = asyncio.run(scenario())
+    assert run.terminal and run.outcome == "failed"
+
+
+def test_a_rejection_before_the_route_ends_the_run_once_it_is_local():
+    async def scenario():
+        rt = make_runtime([])
+        assert rt.reject_append("r", 2, "empty data") is None  # no route yet: the client gets its 400
+        assert rt.reject_append("u", 1, "empty data") is None
+        rt.on_append("r", 0, run_request("mine"), b"")
+        rt.on_append("u", 0, run_request("cursor-model"), b"")
+        run = rt.run("r")
+        await asyncio.sleep(0.01)
+        return run, rt.rejected_early, rt.reject_append("u", 3, "again")
+
+    run, early, upstream = asyncio.run(scenario())
+    assert run.terminal and run.outcome == "failed"
+    assert upstream is Route.UPSTREAM and "r" not in early
+
+
+def test_a_rejection_that_loses_nothing_or_comes_from_another_client_ends_nothing():
+    async def scenario():
+        rt = make_runtime([])
+        rt.on_append("r", 0, run_request("mine"), b"")
+        rt.on_append("r", 1, HEARTBEAT, b"")
+        run = rt.run("r")
+        assert rt.reject_append("r", 1, "a bad duplicate of a delivered seqno") is Route.LOCAL
+        assert rt.reject_append("r", 2, "from a client that may not use the run", local_allowed=False) \
+            is Route.REFUSED
+        await asyncio.sleep(0.01)
+        alive = not run.terminal
+        rt.on_append("r", 3, HEARTBEAT, b"")  # held behind 2
+        assert rt.reject_append("r", 3, "a bad copy of a held seqno") is Route.LOCAL
+        await asyncio.sleep(0.01)
+        alive = alive and not run.terminal
+        await rt.shutdown(timeout=1)
+        return alive
+
+    assert asyncio.run(scenario())
+
+
+def test_the_stream_server_never_answers_a_runsse_without_an_end_stream():
+    from byok.agent import connect
+    from byok.stream_server import RUN_HEADER, StreamServer
+
+    async def ask(server, request_id: str) -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(f"POST /RunSSE HTTP/1.1\r\n{RUN_HEADER}: {request_id}\r\ncontent-length: 0\r\n\r\n".encode())
+        await writer.drain()
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+        body = await reader.readexactly(length)
+        writer.close()
+        return head + body
+
+    async def scenario():
+        rt = make_runtime([])
+        rt.on_append("live", 0, run_request("mine"), b"")
+        rt.run("live").attach_stream()  # a first RunSSE already streams it
+        server = StreamServer(rt.stream_run)
+        await server.start()
+        try:
+            return await ask(server, "gone"), await ask(server, "live")
+        finally:
+            await rt.shutdown(timeout=1)
+            await server.stop(timeout=1)
+
+    for answer, code in zip(asyncio.run(scenario()), ("not_found", "already_exists")):
+        head, body = answer.split(b"\r\n\r\n", 1)
+        assert head.startswith(b"HTTP/1.1 200 ") and b"application/connect+proto" in head
+        [frame] = connect.decode_all(body)
+        assert frame.end_stream and connect.parse_end_stream(frame.payload).code.value == code

@@ -20,6 +20,15 @@ from byok.proto import agent_pb2 as apb, aiserver_pb2 as spb
 from ..connect import Code, ConnectError, decode_all
 
 
+@dataclass
+class UnusableAppend(ConnectError):
+    """An append that names its request and seqno but carries no usable message. The seqno is used
+    up: the runtime ends that request's local run (nothing after it could be delivered)."""
+
+    request_id: str = ""
+    seqno: int = 0
+
+
 FORMS = ("data", "data_binary", "both")
 """How an append carries its message: hex `data`, raw `data_binary` (newer clients), or both."""
 
@@ -65,7 +74,10 @@ def decode_bidi_append(body: bytes, content_type: str = "application/proto") -> 
         raise ConnectError(Code.INVALID_ARGUMENT, f"BidiAppend body is not a BidiAppendRequest: {e}") from e
     if not request.request_id.request_id:
         raise ConnectError(Code.INVALID_ARGUMENT, "BidiAppend has no request_id")
-    raw, message, form = append_message(request)
+    try:
+        raw, message, form = append_message(request)
+    except ConnectError as e:
+        raise UnusableAppend(e.code, e.message, e.details, request.request_id.request_id, request.append_seqno) from e
     return Append(request.request_id.request_id, request.append_seqno, message, raw, form)
 
 
