@@ -101,3 +101,18 @@ def test_a_rejected_append_before_the_read_result_ends_the_run_at_once(env, prov
     assert len(provider.requests) == before + 1  # the tool round never reached the provider
     assert provider.pending("openai_chat") == 0
     print(f"\nrejected append ({bad}) -> end-stream after {1000 * (ended_at - seen['rejected_at']):.0f} ms")
+
+
+def test_a_bad_append_of_a_run_on_cursors_own_model_goes_to_cursor_as_sent(env, upstream):
+    proxy, _ = env
+
+    async def scenario():
+        async with proxy.client() as client:
+            result = await client.run(user_turn_request("official", model_id="cursor-own-model"))
+            bad = BAD_APPENDS["not hex"](result.request_id, 9).SerializeToString()
+            return result, await client.append(result.request_id, apb.AgentClientMessage(), seqno=9, body=bad), bad
+
+    result, response, bad = run(scenario())
+    assert result.end_error is None and result.text() == "official answer"
+    assert response.status_code == 200
+    assert any(seen.body == bad for seen in upstream.requests("/aiserver.v1.BidiService/BidiAppend"))
