@@ -437,6 +437,57 @@ class Store:
             )
         return False, revision_id
 
+    # ---- input that arrived while a run worked -------------------------------------------------
+
+    def queue_input(self, conversation_id: str, injection_id: str, request_id: str, action: bytes,
+                    received_at_ms: int) -> str:
+        """Keep an input before it is acknowledged. Returns its status: 'queued' for a new one (or
+        one still waiting, whose content this one replaces), else what became of it before."""
+        ts = self._now()
+        with self.db.atomic():
+            self._ensure_conversation(conversation_id)
+            cur = self.db.execute(
+                "INSERT INTO queued_inputs(conversation_id, injection_id, request_id, action, received_at_ms,"
+                " status, updated_at_ms) VALUES (?, ?, ?, ?, ?, 'queued', ?) ON CONFLICT DO NOTHING",
+                [conversation_id, injection_id, request_id, action, received_at_ms, ts],
+            )
+            if cur.rowcount == 1:
+                return "queued"
+            row = self.db.execute(
+                "SELECT status FROM queued_inputs WHERE conversation_id = ? AND injection_id = ?" + self._for_update(),
+                [conversation_id, injection_id],
+            ).fetchone()
+            if row[0] == "queued":
+                self.db.execute(
+                    "UPDATE queued_inputs SET action = ?, request_id = ?, updated_at_ms = ?"
+                    " WHERE conversation_id = ? AND injection_id = ?",
+                    [action, request_id, ts, conversation_id, injection_id],
+                )
+            return row[0]
+
+    def queued_inputs(self, conversation_id: str, statuses: Sequence[str] = ("queued", "delivered")) -> list[dict]:
+        """The conversation's kept inputs with these statuses, in arrival order."""
+        marks = ", ".join("?" * len(statuses))
+        rows = self.db.execute(
+            "SELECT injection_id, request_id, action, received_at_ms, status, revision_id FROM queued_inputs"
+            f" WHERE conversation_id = ? AND status IN ({marks}) ORDER BY seq",
+            [conversation_id, *statuses],
+        ).fetchall()
+        keys = ("injection_id", "request_id", "action", "received_at_ms", "status", "revision_id")
+        return [{**dict(zip(keys, r)), "action": bytes(r[2])} for r in rows]
+
+    def mark_inputs(self, conversation_id: str, injection_ids: Sequence[str], status: str,
+                    revision_id: int | None = None) -> None:
+        """Record what became of inputs: 'delivered' (at revision_id), 'cancelled' or 'superseded'."""
+        ts = self._now()
+        with self.db.atomic():
+            for injection_id in injection_ids:
+                self.db.execute(
+                    "UPDATE queued_inputs SET status = ?, revision_id = ?, updated_at_ms = ?"
+                    " WHERE conversation_id = ? AND injection_id = ?",
+                    [status, revision_id, ts, conversation_id, injection_id],
+                )
+
     # ---- tool rounds ----------------------------------------------------------------------------
 
     def stage_round(

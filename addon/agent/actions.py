@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from byok.proto import agent_pb2 as apb
 from byok.proto import aiserver_pb2 as spb
 
-from . import compaction, connect
+from . import compaction, connect, queued
 from .cursor import context as request_context
 from .errors import ProtocolError, RunError, error_details
 from .turn_base import TurnState
@@ -156,7 +156,10 @@ RUN_ACTIONS: dict[str, RunAction] = {
     "shell_command_action": shell_command,
 }
 
-MID_RUN_ACTIONS: dict[str, MidRunAction] = {}
+MID_RUN_ACTIONS: dict[str, MidRunAction] = {
+    "user_message_action": queued.accept,  # kept, then delivered at the next boundary or as the next turn
+    "inject_context_action": queued.accept,
+}
 
 REFUSED: dict[str, str] = {
     "cancel_subagent_action": "cursor-byok does not run subagents yet, so there is no subagent to cancel.",

@@ -9,8 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .compaction import Compaction
+from .queued import Queue
 from .turn_base import TurnHooks, TurnState
 
 CAPABILITIES: list[Callable[[TurnState], TurnHooks]] = [
     Compaction,  # before a call: compact a prompt that would not fit; after an overflow: compact once, retry
+    Queue,  # before a call: deliver messages sent mid-run; at turn end: run them as the next turn
 ]

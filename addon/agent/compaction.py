@@ -398,7 +398,8 @@ class SummaryCall:
             raise
         usage = usage_dict(cycle.usage)
         add_usage(turn.usage_totals, usage)
-        run.usage = dict(turn.usage_totals)
+        run.usage = run.usage or {}
+        add_usage(run.usage, usage)
         summary = "".join(cycle.text).strip()
         if not summary:
             await finish("error", "empty summary")

@@ -35,17 +35,21 @@ def unb64(text: str) -> bytes:
 
 
 def runtime_user_payload(
-    parts: Sequence[UserPart], *, wire_id: str, turn: dict | None = None, blob_refs: Sequence[bytes] = ()
+    parts: Sequence[UserPart], *, wire_id: str, turn: dict | None = None, blob_refs: Sequence[bytes] = (),
+    context_digest: str | None = None,
 ) -> dict:
     """`turn` = {"request_id", "user_message_blob" (b64 of the UserMessage blob bytes)} when this
-    message starts a Cursor turn."""
-    return {
+    message starts a Cursor turn. `context_digest` = sha256 hex of the request context it showed."""
+    payload = {
         "kind": "runtime",
         "wire_id": wire_id,
         "parts": [_part_json(p) for p in parts],
         "turn": turn,
         "blob_refs": [b.hex() for b in blob_refs],
     }
+    if context_digest is not None:
+        payload["context_digest"] = context_digest
+    return payload
 
 
 def assistant_payload(

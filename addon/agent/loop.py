@@ -21,9 +21,8 @@ from byok.proto import agent_pb2 as apb
 from byok.prompt.assets import ModeAssets
 from byok.store import BlobRef, NewMessage, RunExists, StaleRun, StoredMessage
 
-from . import actions, capabilities, history, tool_round
+from . import actions, capabilities, history, tool_round, user_input
 from .config import ModelRoute
-from .cursor import context as request_context
 from .cursor import projection as proj
 from .cursor import request_parts
 from .cursor import updates
@@ -33,7 +32,6 @@ from .model_call import ModelCall
 from .providers.base import Done
 from .run import Run
 from .runtime import requested_model_id
-from .transcript import TextPart
 from .turn_base import CallResult, Services, TurnHooks
 
 __all__ = ["Services", "Turn", "make_turn_factory"]
@@ -230,22 +228,9 @@ class Turn:
         if existing is not None:
             payload = existing.payload  # replayed exactly: never re-rendered, never re-timed
         else:
-            parts = await self._runtime_parts(action, action_context)
-            state_blob = self.base_state_bytes
-            user_message = apb.UserMessage()
-            user_message.CopyFrom(action.user_message)
-            user_message.conversation_state_blob_id = proj.sha256(state_blob)
-            um_blob = user_message.SerializeToString(deterministic=True)
-            payload = history.runtime_user_payload(
-                parts,
-                wire_id=f"runtime:{event_id}",
-                turn={
-                    "request_id": run.request_id,
-                    "user_message_blob": history.b64(um_blob),
-                    "state_blob": history.b64(state_blob),
-                },
-                blob_refs=[proj.sha256(um_blob), proj.sha256(state_blob)],
-            )
+            payload, _ = user_input.turn_payload(
+                await self._runtime_parts(action, action_context), action.user_message, event_id=event_id,
+                request_id=run.request_id, state_blob=self.base_state_bytes)
         await self._append([NewMessage("user", "runtime", payload, event_id, run.request_id)])
         # The initial checkpoint's ACK round trips overlap the provider's time to first token: the
         # first model event waits for it (frame order is unchanged), and so does a failure.
@@ -261,25 +246,14 @@ class Turn:
         # Hashing a long history is real work: keep it off the event loop.
         return await asyncio.to_thread(proj.project, messages, self.ctx, blobs=self.blobs, pending=pending)
 
-    async def _runtime_parts(self, action: apb.UserMessageAction, action_context: Sequence[str] = ()) -> list:
-        """The one runtime user message: mode reminder, request context (its blob-referenced parts
-        fetched and verified), time and query; attached images as image parts."""
-        refs = self.request.action.request_context_parts
-        context = action.request_context
-        if not action.HasField("request_context") and refs.HasField("dynamic_context"):
-            context = refs.dynamic_context
-        parts = await request_parts.context_parts(self, refs) if self.request.action.HasField(
+    async def _runtime_parts(self, action: apb.UserMessageAction,
+                             action_context: Sequence[str] = ()) -> user_input.Rendered:
+        """The one runtime user message: mode reminder, request context, time and query, images."""
+        refs = self.request.action.request_context_parts if self.request.action.HasField(
             "request_context_parts") else None
-        text = request_context.runtime_text(self.mode, context, parts, action.user_message, self.svc.clock.now(),
-                                            action_context=action_context)
-        images = await request_parts.image_parts(self, action.user_message)
-        if images and not self.route.supports_images:
-            log.info("[%s] %d attached image(s) not sent: %s is configured without image input",
-                     self.run.request_id, len(images), self.route.public_id)
-            text += (f"\n\n<system_reminder>The user attached {len(images)} image(s); this model is "
-                     "configured without image input, so they are not shown.</system_reminder>")
-            images = []
-        return [TextPart(text), *images]
+        context = user_input.context_of(action.request_context if action.HasField("request_context") else None, refs)
+        return await user_input.render(self, action.user_message, context, refs, self.svc.clock.now(),
+                                       action_context=action_context)
 
     # ---- history writes and checkpoints ----------------------------------------------------------
 

@@ -111,7 +111,8 @@ class ModelCall:
         self.thinking.end()
         usage = usage_dict(self.cycle.usage)
         add_usage(turn.usage_totals, usage)
-        run.usage = dict(turn.usage_totals)
+        run.usage = run.usage or {}
+        add_usage(run.usage, usage)  # the whole run (a run may hold several turns: queued.py)
         await self._finish(status="ok")
         cycle = self.cycle
         item = AssistantItem(

@@ -81,6 +81,8 @@ class Run:
     client_messages: list = field(default_factory=list)
     mid_run_action: Callable[[apb.ConversationAction], bool] | None = None
     """Set by the turn (actions.py): handles a mid-run action, False when it has no handler."""
+    on_client_cancel: list[Callable[[], None]] = field(default_factory=list)
+    """Called (synchronously, before the run ends) when the client cancels it with cancel_action."""
 
     # ---- lifecycle ----------------------------------------------------------------------------
 
@@ -296,6 +298,8 @@ class Run:
                             drift.describe(drift.unknowns(message)) or "no fields at all")
             if action == "cancel_action":
                 reason = message.conversation_action.cancel_action.reason or "canceled by the client"
+                for listener in self.on_client_cancel:
+                    listener()
                 self.cancel(RunCanceled(reason))
             elif self.mid_run_action is None or not self.mid_run_action(message.conversation_action):
                 self._refuse_mid_run(message.conversation_action, action)
@@ -310,8 +314,9 @@ class Run:
             raise ProtocolError(f"unexpected client message {kind}")
 
     def _refuse_mid_run(self, action_message: apb.ConversationAction, action: str | None) -> None:
-        """PROTOCOL Q11: a run takes no new input while it runs. The refusal is logged, and for the
-        actions Cursor tracks as injections the client is told (so the message is not lost silently)."""
+        """An action no mid-run handler takes (actions.MID_RUN_ACTIONS) is refused. The refusal is
+        logged, and for the actions Cursor tracks as injections the client is told (so the message
+        is not lost silently)."""
         reason = f"cursor-byok does not accept {action} while a run is in progress; send it again when it ends"
         log.warning("[%s] refusing mid-run conversation action %s", self.request_id, action)
         injection_id = None

@@ -301,3 +301,18 @@ def test_protocol_drift_tallies_add_up(store):
     [got] = store.db.execute(
         "SELECT count, first_seen_ms, last_seen_ms, example_request_id FROM protocol_drift").fetchall()
     assert tuple(got) == (6, 50, 400, "req-c")
+
+
+def test_queued_inputs_keep_arrival_order_and_their_fate(store):
+    assert store.queue_input("c", "user-message:a", "r1", b"first", 10) == "queued"
+    assert store.queue_input("c", "inj-b", "r1", b"second", 11) == "queued"
+    assert store.queue_input("c", "user-message:a", "r1", b"first, edited", 12) == "queued"  # still waiting
+    rows = store.queued_inputs("c")
+    assert [(r["injection_id"], r["action"], r["status"]) for r in rows] == [
+        ("user-message:a", b"first, edited", "queued"), ("inj-b", b"second", "queued")]
+    revision = store.append("c", None, [msg("x")])
+    store.mark_inputs("c", ["user-message:a"], "delivered", revision)
+    store.mark_inputs("c", ["inj-b"], "cancelled")
+    assert store.queue_input("c", "inj-b", "r2", b"again", 13) == "cancelled"  # never revived
+    assert [(r["injection_id"], r["revision_id"]) for r in store.queued_inputs("c")] == [("user-message:a", revision)]
+    assert store.queued_inputs("c", ("queued",)) == [] and store.queued_inputs("other") == []
