@@ -64,7 +64,7 @@ def tool_turn_with_a_message(proxy, model, workspace, *, text, message_id, on_qu
             client.append_soon(request_id, user_message(text, message_id))
             await is_queued.wait()
             if on_queued is not None:
-                await on_queued()
+                await on_queued(client, request_id)
             await executor.on_exec(client, message)
 
         async with proxy.client(on_exec=on_exec) as client:
@@ -137,10 +137,11 @@ def test_a_message_sent_during_the_final_answer_runs_as_the_next_turn(env, provi
                     client.append_soon(request_id, user_message("and a follow-up", "follow-up"))
 
             on_frame.sent = False
-            return await client.run(user_turn_request("first", model_id=ids["openai_chat"]),
-                                    request_id=request_id, on_frame=on_frame)
+            request = user_turn_request("first", model_id=ids["openai_chat"])
+            result = await client.run(request, request_id=request_id, on_frame=on_frame)
+            return request, result, dict(client.blobs)
 
-    result = run(scenario())
+    request, result, blobs = run(scenario())
     assert result.end_error is None, result.end_error
     assert states(result) == [("user-message:follow-up", "queued"), ("user-message:follow-up", "queued_for_next_turn"),
                               ("user-message:follow-up", "delivered")]
@@ -161,6 +162,45 @@ def test_a_message_sent_during_the_final_answer_runs_as_the_next_turn(env, provi
     db = sqlite3.connect(proxy.db)
     assert json.loads(db.execute("SELECT usage FROM runs WHERE request_id = 'req-next-turn'").fetchone()[0]) == \
         {"input_tokens": 400, "output_tokens": 27}  # the run's record holds both turns
+
+    # the delivered message is a message like any other: editing it branches from where it came in
+    provider.enqueue("openai_chat", CHAT.text_reply("answer to the edit"))
+
+    async def edit():
+        async with proxy.client(blobs=blobs) as client:
+            return await client.run(user_turn_request(
+                "an edited follow-up", model_id=ids["openai_chat"], message_id="follow-up",
+                conversation_id=request.conversation_id, state=result.checkpoints()[-1]))
+
+    edited = run(edit())
+    assert edited.end_error is None, edited.end_error
+    sent = provider.requests[-1].json["messages"]
+    assert sent[: len(first) + 1] == second[: len(first) + 1]  # up to the first answer
+    assert "an edited follow-up" in json.dumps(sent[-1]) and "and a follow-up" not in json.dumps(sent)
+    assert len(edited.checkpoints()[-1].turns) == 2
+
+
+def test_an_empty_injection_naming_a_waiting_message_takes_it_back(env, provider, tmp_path):
+    proxy, ids = env
+    read = json.dumps({"path": str(tmp_path / "notes.txt")})
+    provider.enqueue("openai_chat", CHAT.tool_calls([("call_w", "Read", read)]), CHAT.text_reply("alpha"))
+    n = len(provider.requests)
+
+    async def withdraw(client, request_id):
+        take_back = apb.ConversationAction(inject_context_action=apb.InjectContextAction(
+            injection_id="user-message:oops"))
+        client.append_soon(request_id, apb.AgentClientMessage(conversation_action=take_back))
+        while not any(f.kind == "interaction_update.context_injection_state" and
+                      f.message.interaction_update.context_injection_state.state.WhichOneof("state") == "cancelled"
+                      for f in client.frames(request_id)):
+            await asyncio.sleep(0.02)
+
+    _, result, _ = tool_turn_with_a_message(proxy, ids["openai_chat"], tmp_path, text="ignore this, sent by mistake",
+                                            message_id="oops", on_queued=withdraw)
+    assert result.end_error is None, result.end_error
+    assert states(result) == [("user-message:oops", "queued"), ("user-message:oops", "cancelled")]
+    assert "sent by mistake" not in body(provider.requests[n + 1])
+    assert len(result.checkpoints()[-1].turns) == 1
 
 
 def test_system_injection_and_a_stale_one(env, provider, tmp_path):
