@@ -54,6 +54,7 @@ from urllib.parse import urlsplit
 from .errors import ConfigError
 from .web.images import ImageConfig
 from .web.search import DEFAULT_BASE_URLS, SEARCH_KINDS, SearchConfig
+from .pricing import PRICE_KEYS, Prices
 
 PROVIDER_KINDS = ("openai_chat", "openai_responses", "anthropic")
 
@@ -93,6 +94,8 @@ class ModelRoute:
     """Compact before a call whose prompt would pass this fraction of `context_tokens`."""
     summary_model: str | None = None
     """Public id of the model that writes compaction summaries (None = this model)."""
+    prices: Prices | None = None
+    """USD per million tokens (`prices = { input, output, cache_read, cache_write }`), or None."""
     problems: tuple[str, ...] = ()
     """Static reasons a run on this model cannot start (it still shows in the picker)."""
     where: str = ""
@@ -172,7 +175,7 @@ MODEL_KEYS = frozenset(
     {
         "id", "display_name", "context_tokens", "max_output_tokens", "reasoning_effort",
         "thinking_budget_tokens", "extra_body", "supports_images", "supports_thinking",
-        "compact_at", "summary_model",
+        "compact_at", "summary_model", "prices",
     }
 )
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -514,6 +517,22 @@ class _Validator:
                        "compact_at")
         if "compact_at" in entry and context_tokens is None:
             raise fail("compact_at needs context_tokens (it is a fraction of the context window)", "compact_at")
+        prices = None
+        if "prices" in entry:
+            table = entry["prices"]
+            if not isinstance(table, dict):
+                raise fail("prices must be a table: prices = { input = 3, output = 15, cache_read = 0.3, "
+                           "cache_write = 3.75 } (USD per million tokens)", "prices")
+            for key in table:
+                if key not in PRICE_KEYS:
+                    raise fail(f"unknown key {key!r} in prices; allowed: {', '.join(PRICE_KEYS)}", "prices")
+            for key, value in table.items():
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or value != value:
+                    raise fail(f"prices.{key} must be a number of USD per million tokens, 0 or more", "prices")
+            if "input" not in table or "output" not in table:
+                raise fail("prices needs input and output (USD per million tokens); cache_read and cache_write "
+                           "are optional and default to the input price", "prices")
+            prices = Prices.of(table)
 
         supports_images = flag("supports_images", False)
         supports_thinking = flag("supports_thinking", effort is not None or thinking_budget is not None)
@@ -543,6 +562,7 @@ class _Validator:
             supports_images=supports_images,
             supports_thinking=supports_thinking,
             compact_at=float(compact_at),
+            prices=prices,
             problems=tuple(problems),
             where=full_where,
         )

@@ -13,11 +13,14 @@ import argparse
 import json
 import sqlite3
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 
 from rich.text import Text
 
-from .common import console, default_db, fail, iso_ms, open_db
+from byok.agent.pricing import usd
+
+from .common import console, default_config, default_db, fail, iso_ms, open_db
 from .output import Column, emit_json, facts, heading, line, styled, table
 
 STATUS_STYLE = {"completed": "green", "ok": "green", "running": "yellow", "failed": "red", "error": "red",
@@ -35,6 +38,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--frames", choices=("none", "summary", "all"), default=None,
                    help="frames per run: counts per kind (default), every frame, or none")
     p.add_argument("--json", action="store_true", help="print the story as one JSON document")
+    p.add_argument("--config", type=Path, default=None,
+                   help="providers file with the models' prices, for each call's cost "
+                        "(default: ~/.cursor-byok/providers.toml)")
     p.set_defaults(func=run)
 
 
@@ -103,7 +109,10 @@ def run(args: argparse.Namespace) -> int:
             line(console(), styled(message, "red"))
         return 1
     frames_mode = args.frames or ("summary" if len(found.request_ids) > 1 or found.kind == "conversation" else "all")
-    story = collect(conn, found, frames_mode)
+    from .usage import load_prices
+
+    prices, _, _ = load_prices(args.config or default_config())
+    story = collect(conn, found, frames_mode, prices)
     if args.json:
         emit_json(story)
     else:
@@ -114,21 +123,21 @@ def run(args: argparse.Namespace) -> int:
 # ---- the story as data ---------------------------------------------------------------------------
 
 
-def collect(conn: sqlite3.Connection, found: Found, frames_mode: str) -> dict:
+def collect(conn: sqlite3.Connection, found: Found, frames_mode: str, prices: dict | None = None) -> dict:
     return {
         "kind": found.kind, "id": found.ident, "conversation_id": found.conversation_id,
-        "runs": [collect_run(conn, request_id, frames_mode) for request_id in found.request_ids],
+        "runs": [collect_run(conn, request_id, frames_mode, prices) for request_id in found.request_ids],
     }
 
 
-def collect_run(conn: sqlite3.Connection, request_id: str, frames_mode: str) -> dict:
+def collect_run(conn: sqlite3.Connection, request_id: str, frames_mode: str, prices: dict | None = None) -> dict:
     row = conn.execute("SELECT * FROM runs WHERE request_id = ?", [request_id]).fetchone()
     run = None
     if row is not None:
         run = {k: row[k] for k in ("status", "conversation_id", "model_public_id", "mode", "action", "started_at_ms",
                                    "finished_at_ms", "error_code", "error_message")}
         run["usage"] = json.loads(row["usage"]) if row["usage"] else None
-    return {"request_id": request_id, "run": run, "provider_calls": provider_calls(conn, request_id),
+    return {"request_id": request_id, "run": run, "provider_calls": provider_calls(conn, request_id, prices),
             "tool_calls": tool_calls(conn, request_id),
             "frames": None if frames_mode == "none" else frames(conn, request_id, frames_mode)}
 
@@ -138,9 +147,20 @@ CALL_FIELDS = ("call_index", "model_call_id", "provider", "provider_kind", "mode
                "cache_read_tokens", "cache_write_tokens", "reasoning_tokens", "error")
 
 
-def provider_calls(conn: sqlite3.Connection, request_id: str) -> list[dict]:
+def provider_calls(conn: sqlite3.Connection, request_id: str, prices: dict | None = None) -> list[dict]:
+    """Each call as stored, with `cost_usd` from its model's prices (None: no prices configured)."""
+    from byok.agent.pricing import cost
+
     rows = conn.execute("SELECT * FROM llm_calls WHERE request_id = ? ORDER BY call_index", [request_id]).fetchall()
-    return [{k: r[k] for k in CALL_FIELDS} for r in rows]
+    out = []
+    for r in rows:
+        call = {k: r[k] for k in CALL_FIELDS}
+        model_prices = (prices or {}).get(r["model_public_id"])
+        call["cost_usd"] = None if model_prices is None else float(cost(
+            model_prices, r["provider_kind"], input_tokens=r["input_tokens"], output_tokens=r["output_tokens"],
+            cache_read_tokens=r["cache_read_tokens"], cache_write_tokens=r["cache_write_tokens"]))
+        out.append(call)
+    return out
 
 
 def tool_arguments(assistant_json: str | None) -> dict[str, str]:
@@ -273,7 +293,8 @@ def _print_calls(out, calls: list[dict], found: Found) -> None:
         return
     columns = [Column("#", "right", in_records=False), Column("model_call_id"), Column("provider / model"), Column("status"),
                Column("finish"), Column("ttfb ms", "right"), Column("ttft ms", "right"), Column("total ms", "right"),
-               Column("in", "right"), Column("out", "right"), Column("cache r/w"), Column("error")]
+               Column("in", "right"), Column("out", "right"), Column("cache r/w"), Column("cost", "right"),
+               Column("error")]
     rows, styles = [], []
     for c in calls:
         rows.append([
@@ -281,11 +302,14 @@ def _print_calls(out, calls: list[dict], found: Found) -> None:
             styled(c["status"], STATUS_STYLE.get(c["status"])), c["finish_reason"] or "-",
             _ms(c["ttfb_ms"]), _ms(c["ttft_ms"]), _ms(c["total_ms"]),
             _n(c["input_tokens"]), _n(c["output_tokens"]), f"{_n(c['cache_read_tokens'])}/{_n(c['cache_write_tokens'])}",
-            styled(c["error"] or "", "red"),
+            "-" if c["cost_usd"] is None else usd(Decimal(str(c["cost_usd"]))), styled(c["error"] or "", "red"),
         ])
         styles.append("bold reverse" if found.kind == "model_call" and c["model_call_id"] == found.ident else None)
     table(out, "provider calls", columns, rows, row_styles=styles,
           record_title=lambda i, row: f"call {row[0]}")
+    unpriced = sorted({f"{c['provider']}/{c['model']}" for c in calls if c["cost_usd"] is None})
+    if unpriced:
+        line(out, ("prices not configured for " + ", ".join(unpriced) + ": tokens only", "dim"))
 
 
 def _print_tools(out, calls: list[dict], found: Found) -> None:

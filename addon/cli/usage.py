@@ -1,7 +1,9 @@
-"""`cursor-byok usage`: tokens per model and day, from the provider calls in the store.
+"""`cursor-byok usage`: tokens and dollars per model and day, from the provider calls in the store.
 
-Numbers are what providers reported (a call without usage adds nothing, it is not estimated).
-`--png` draws a stacked bar chart when matplotlib happens to be installed; it is not a dependency.
+Numbers are what providers reported (a call without usage adds nothing, it is not estimated). Costs
+use each model's `prices` in the providers file as it is now (byok.agent.pricing has the formula per
+dialect); a model without prices shows tokens only, and the output says prices are not configured.
+`--plot FILE.png` draws tokens and cost per day and model with matplotlib (the optional `plot` extra).
 """
 
 from __future__ import annotations
@@ -10,23 +12,30 @@ import argparse
 import sqlite3
 from dataclasses import asdict, dataclass
 from datetime import date
+from decimal import Decimal
 from pathlib import Path
 
-from .common import console, default_db, fail, open_db
+from .common import console, default_config, default_db, fail, open_db
 from .output import Column, emit_json, line, table
 
 TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
+PLOT_SIZE_IN, PLOT_DPI = (10, 7), 100
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("usage", help="tokens per model and day (from the provider calls in the store)",
-                       description="Tokens per model and day from llm_calls: input, output, cache read/write, "
-                                   "reasoning, calls and failed calls. Days are UTC.")
+    p = sub.add_parser("usage", help="tokens and cost per model and day (from the provider calls in the store)",
+                       description="Tokens and cost per model and day from llm_calls: input, output, cache "
+                                   "read/write, reasoning, calls, failed calls and USD from the prices in the "
+                                   "providers file. Days are UTC.")
     p.add_argument("--db", type=Path, default=None, help="SQLite store (default: ~/.cursor-byok/byok.db)")
+    p.add_argument("--config", type=Path, default=None,
+                   help="providers file with the models' prices (default: ~/.cursor-byok/providers.toml)")
     p.add_argument("--since", type=_day, default=None, metavar="YYYY-MM-DD", help="first day to include")
     p.add_argument("--until", type=_day, default=None, metavar="YYYY-MM-DD", help="last day to include")
     p.add_argument("--json", action="store_true", help="print the rows and totals as one JSON document")
-    p.add_argument("--png", type=Path, default=None, help="also write a chart (needs matplotlib installed)")
+    p.add_argument("--plot", "--png", dest="plot", type=Path, default=None, metavar="FILE.png",
+                   help="also draw tokens and cost per day and model into a PNG (needs matplotlib: "
+                        "pip install 'cursor-byok[plot]')")
     p.set_defaults(func=run)
 
 
@@ -48,12 +57,20 @@ class Row:
     cache_read_tokens: int
     cache_write_tokens: int
     reasoning_tokens: int
+    model_public_id: str | None = None
+    provider_kind: str | None = None
+    cost: Decimal | None = None
+    """USD, or None when the model has no prices."""
 
 
-def usage_rows(conn: sqlite3.Connection, since: date | None = None, until: date | None = None) -> list[Row]:
+def usage_rows(conn: sqlite3.Connection, since: date | None = None, until: date | None = None,
+               prices: dict | None = None) -> list[Row]:
+    """Per (day, model) sums; `prices` = public id -> Prices fills `cost`."""
+    from byok.agent.pricing import cost
+
     sums = ", ".join(f"coalesce(sum({f}), 0)" for f in TOKEN_FIELDS)
     sql = (f"SELECT substr(started_at, 1, 10) AS day, coalesce(provider, '?') || '/' || coalesce(model, '?'),"
-           f" count(*), sum(status = 'error'), {sums} FROM llm_calls WHERE 1=1")
+           f" count(*), sum(status = 'error'), {sums}, model_public_id, provider_kind FROM llm_calls WHERE 1=1")
     params: list = []
     if since:
         sql += " AND substr(started_at, 1, 10) >= ?"
@@ -61,8 +78,28 @@ def usage_rows(conn: sqlite3.Connection, since: date | None = None, until: date 
     if until:
         sql += " AND substr(started_at, 1, 10) <= ?"
         params.append(until.isoformat())
-    sql += " GROUP BY 1, 2 ORDER BY 1, 2"
-    return [Row(*row) for row in conn.execute(sql, params).fetchall()]
+    sql += " GROUP BY 1, 2, model_public_id, provider_kind ORDER BY 1, 2"
+    rows = [Row(*row) for row in conn.execute(sql, params).fetchall()]
+    for r in rows:
+        model_prices = (prices or {}).get(r.model_public_id)
+        if model_prices is not None:
+            r.cost = cost(model_prices, r.provider_kind, input_tokens=r.input_tokens, output_tokens=r.output_tokens,
+                          cache_read_tokens=r.cache_read_tokens, cache_write_tokens=r.cache_write_tokens)
+    return rows
+
+
+def load_prices(path: Path) -> tuple[dict, dict, str | None]:
+    """(public id -> Prices, public id -> prices as JSON, why prices are unavailable or None)."""
+    from byok.agent.config import ConfigFileError, load_providers
+
+    if not path.exists():
+        return {}, {}, f"no providers file at {path}"
+    try:
+        models = load_providers(path).models
+    except ConfigFileError as e:
+        return {}, {}, str(e)
+    priced = {m.public_id: m.prices for m in models if m.prices is not None}
+    return priced, {k: v.as_dict() for k, v in priced.items()}, None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,17 +107,37 @@ def run(args: argparse.Namespace) -> int:
         conn = open_db(args.db or default_db())
     except FileNotFoundError as e:
         return fail(str(e))
-    rows = usage_rows(conn, args.since, args.until)
-    totals = {f: sum(getattr(r, f) for r in rows) for f in COUNT_FIELDS}
+    prices, prices_json, prices_error = load_prices(args.config or default_config())
+    rows = usage_rows(conn, args.since, args.until, prices)
+    totals: dict = {f: sum(getattr(r, f) for r in rows) for f in COUNT_FIELDS}
+    total_cost = sum((r.cost for r in rows if r.cost is not None), Decimal(0))
+    unpriced = sorted({r.model for r in rows if r.cost is None})
     if args.json:
-        emit_json({"days": "UTC", "rows": [asdict(r) for r in rows], "totals": totals})
+        out_rows = []
+        for r in rows:
+            item = asdict(r)
+            item["cost_usd"] = None if r.cost is None else float(r.cost)
+            item["prices"] = prices_json.get(r.model_public_id)
+            del item["cost"]
+            out_rows.append(item)
+        emit_json({"days": "UTC", "rows": out_rows,
+                   "totals": {**totals, "cost_usd": float(total_cost), "cost_complete": not unpriced},
+                   "unpriced_models": unpriced, "prices_error": prices_error})
     elif not rows:
         line(console(), "no provider calls" + (f" since {args.since}" if args.since else "") + " in the store")
         return 0
     else:
-        print_table(console(), rows, totals)
-    if args.png and rows:
-        return write_png(rows, args.png)
+        out = console()
+        print_table(out, rows, totals, total_cost, unpriced)
+        if unpriced:
+            line(out, ("prices not configured for " + ", ".join(unpriced) + ": tokens only", "yellow"),
+                 " (add prices = { input = ..., output = ..., cache_read = ..., cache_write = ... } in USD per "
+                 "million tokens to the model in the providers file)")
+        if prices_error:
+            line(out, ("prices unavailable: ", "yellow"), prices_error)
+        line(out, ("costs use the prices in the providers file as it is now (USD)", "dim"))
+    if args.plot and rows:
+        return write_plot(rows, args.plot)
     return 0
 
 
@@ -88,34 +145,57 @@ COUNT_FIELDS = ("calls", "errors", *TOKEN_FIELDS)
 HEADERS = ("calls", "failed", "input", "output", "cache read", "cache write", "reasoning")
 
 
-def print_table(out, rows: list[Row], totals: dict) -> None:
-    columns = [Column("day", in_records=False), Column("model", in_records=False), *(Column(h, "right") for h in HEADERS)]
-    cells = [[r.day, r.model, *(f"{getattr(r, f):,}" for f in COUNT_FIELDS)] for r in rows]
-    table(out, "tokens per model and day (UTC)", columns, cells,
+def print_table(out, rows: list[Row], totals: dict, total_cost: Decimal, unpriced: list[str]) -> None:
+    from byok.agent.pricing import usd
+
+    columns = [Column("day", in_records=False), Column("model", in_records=False),
+               *(Column(h, "right") for h in HEADERS), Column("cost", "right")]
+    cells = [[r.day, r.model, *(f"{getattr(r, f):,}" for f in COUNT_FIELDS),
+              usd(r.cost) if r.cost is not None else "no prices"] for r in rows]
+    total = usd(total_cost) + (" + unpriced" if unpriced else "")
+    table(out, "tokens and cost per model and day (UTC)", columns, cells,
           record_title=lambda i, row: f"{row[0]}  {row[1]}",
-          footer=["total", "", *(f"{totals[f]:,}" for f in COUNT_FIELDS)])
+          footer=["total", "", *(f"{totals[f]:,}" for f in COUNT_FIELDS), total])
 
 
-def write_png(rows: list[Row], path: Path) -> int:
+def write_plot(rows: list[Row], path: Path) -> int:
+    """Two stacked bar charts, one bar per day, one colour per model: tokens, then USD."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return fail("--png needs matplotlib, which is not installed (it is optional: pip install matplotlib)", 1)
+        return fail("--plot needs matplotlib, which is not installed (it is optional: "
+                    "pip install 'cursor-byok[plot]')", 1)
     days = sorted({r.day for r in rows})
     models = sorted({r.model for r in rows})
-    fig, ax = plt.subplots(figsize=(max(6, len(days) * 0.6), 4))
-    bottom = [0] * len(days)
-    for model in models:
-        values = [sum(r.input_tokens + r.output_tokens for r in rows if r.day == d and r.model == model) for d in days]
-        ax.bar(days, values, bottom=bottom, label=model)
-        bottom = [a + b for a, b in zip(bottom, values)]
-    ax.set_ylabel("input + output tokens")
-    ax.legend(fontsize="small")
+    fig, (tokens_ax, cost_ax) = plt.subplots(2, 1, figsize=PLOT_SIZE_IN, dpi=PLOT_DPI, sharex=True)
+    colors = plt.get_cmap("tab10")
+    tokens_bottom = [0.0] * len(days)
+    cost_bottom = [0.0] * len(days)
+    for i, model in enumerate(models):
+        mine = {r.day: r for r in rows if r.model == model}
+        tokens = [float(sum(getattr(mine[d], f) for f in ("input_tokens", "output_tokens", "cache_read_tokens",
+                                                           "cache_write_tokens"))) if d in mine else 0.0
+                  for d in days]
+        costs = [float(mine[d].cost) if d in mine and mine[d].cost is not None else 0.0 for d in days]
+        color = colors(i % 10)
+        priced = any(r.cost is not None for r in mine.values())
+        tokens_ax.bar(days, tokens, bottom=tokens_bottom, label=model, color=color)
+        cost_ax.bar(days, costs, bottom=cost_bottom, label=model if priced else f"{model} (no prices)",
+                    color=color)
+        tokens_bottom = [a + b for a, b in zip(tokens_bottom, tokens)]
+        cost_bottom = [a + b for a, b in zip(cost_bottom, costs)]
+    tokens_ax.set_title("tokens per day (input + output + cache read/write)")
+    tokens_ax.set_ylabel("tokens")
+    tokens_ax.legend(fontsize="small")
+    cost_ax.set_title("cost per day (USD, from the providers file's prices)")
+    cost_ax.set_ylabel("USD")
+    cost_ax.legend(fontsize="small")
     fig.autofmt_xdate()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=PLOT_DPI)
+    plt.close(fig)
     line(console(), f"chart written to {path}")
     return 0
