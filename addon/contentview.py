@@ -306,7 +306,7 @@ def _end_stream_lines(prefix: Line, flags: int, size: str, payload: bytes) -> It
         yield [("text", "    "), ("text", compact(body))]
         return
     code, message = error.get("code", "unknown"), error.get("message", "")
-    yield head + [("error", f"error {code}: {_one_line(message)}")]
+    yield head + [("error", f"error {code}: {_one_line(str(message))}")]
     yield [("text", "    "), ("text", compact(body))]
     details = error.get("details")
     for detail in details if isinstance(details, list) else []:
@@ -316,8 +316,11 @@ def _end_stream_lines(prefix: Line, flags: int, size: str, payload: bytes) -> It
 
 
 def _detail_json(detail: dict) -> str:
+    raw = detail.get("value", "")
+    if not isinstance(raw, str):
+        return f"(value is not base64 text: {compact(raw)})"
     try:
-        value = connect.b64decode_lenient(detail.get("value", ""))
+        value = connect.b64decode_lenient(raw)
     except (ValueError, binascii.Error) as e:
         return f"(bad base64: {e})"
     try:

@@ -144,13 +144,29 @@ def parse_end_stream(payload: bytes) -> ConnectError | None:
     return error_from_json(body["error"]) if body.get("error") else None
 
 
-def error_from_json(obj: dict) -> ConnectError:
+def error_from_json(obj: object) -> ConnectError:
+    """The error of an end-stream or unary error body; a malformed one is itself an INVALID_ARGUMENT."""
+    if not isinstance(obj, dict):
+        raise ConnectError(Code.INVALID_ARGUMENT, "Connect error is not a JSON object")
     try:
         code = Code(obj.get("code", "unknown"))
-    except ValueError:
+    except (ValueError, TypeError):
         code = Code.UNKNOWN
-    details = [ErrorDetail(d["type"], b64decode_lenient(d["value"])) for d in obj.get("details", [])]
-    return ConnectError(code, obj.get("message", ""), details)
+    message = obj.get("message", "")
+    if not isinstance(message, str):
+        raise ConnectError(Code.INVALID_ARGUMENT, "Connect error message is not a string")
+    raw_details = obj.get("details", [])
+    if not isinstance(raw_details, list):
+        raise ConnectError(Code.INVALID_ARGUMENT, "Connect error details are not a list")
+    details = []
+    for d in raw_details:
+        if not (isinstance(d, dict) and isinstance(d.get("type"), str) and isinstance(d.get("value"), str)):
+            raise ConnectError(Code.INVALID_ARGUMENT, "Connect error detail needs string type and value")
+        try:
+            details.append(ErrorDetail(d["type"], b64decode_lenient(d["value"])))
+        except ValueError as e:  # binascii.Error is a ValueError
+            raise ConnectError(Code.INVALID_ARGUMENT, f"Connect error detail value is not base64: {e}") from e
+    return ConnectError(code, message, details)
 
 
 def unary_error_body(error: ConnectError) -> tuple[int, bytes]:

@@ -231,7 +231,15 @@ def _feed(fold: StreamFold, decoder: SSEDecoder, line: str) -> list[ModelEvent]:
     decoded = decoder.decode(line.rstrip("\n"))
     if decoded is None:
         return []
-    return fold.feed(SseEvent(event=decoded.event, data=decoded.data))
+    try:
+        return fold.feed(SseEvent(event=decoded.event, data=decoded.data))
+    except ProviderError:
+        raise
+    except (TypeError, AttributeError, KeyError, IndexError, ValueError) as e:
+        # valid JSON of the wrong shape (a string where an object belongs...): the provider broke its
+        # dialect, which ends the call like any other protocol error (found by tests/fuzz)
+        raise ProviderProtocolError(
+            f"malformed {decoded.event or 'message'} event: {type(e).__name__}: {e}") from e
 
 
 async def _read_bounded(
