@@ -323,8 +323,11 @@ def _detail_json(detail: dict) -> str:
         value = connect.b64decode_lenient(raw)
     except (ValueError, binascii.Error) as e:
         return f"(bad base64: {e})"
+    type_name = detail.get("type")
+    if not isinstance(type_name, str):
+        return short_bytes(value)
     try:
-        descriptor = descriptor_pool.Default().FindMessageTypeByName(detail.get("type", ""))
+        descriptor = descriptor_pool.Default().FindMessageTypeByName(type_name)
     except KeyError:
         return short_bytes(value)
     try:
