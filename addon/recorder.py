@@ -143,9 +143,16 @@ class FrameWriter:
             request_id, message, data = append.request_id, append.message, append.raw
             kind = message.WhichOneof("message") or "empty"
         elif kind is None:
-            kind = server_kind(data, item.flags) if item.direction == "down" else "undecodable"
+            if item.direction == "down" and not item.flags & connect.FLAG_END_STREAM:
+                try:
+                    message = apb.AgentServerMessage.FromString(data)
+                except DecodeError:
+                    pass
+            kind = server_kind(data, item.flags, message) if item.direction == "down" else "undecodable"
         assert request_id is not None
-        if message is None and not item.flags & connect.FLAG_END_STREAM and kind != "undecodable":
+        # A local run's own down frames were built here from our schema: nothing in them is unknown.
+        ours = item.kind is not None and item.direction == "down"
+        if message is None and not ours and not item.flags & connect.FLAG_END_STREAM and kind != "undecodable":
             cls = apb.AgentServerMessage if item.direction == "down" else apb.AgentClientMessage
             try:
                 message = cls.FromString(data)

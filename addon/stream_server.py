@@ -67,6 +67,7 @@ class StreamServer:
                     await writer.drain()
                     continue
                 await self._stream(run, writer)
+                del run  # a kept-alive connection must not hold the finished run until it closes
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         except asyncio.CancelledError:

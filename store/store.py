@@ -395,6 +395,27 @@ class Store:
             raise StoreError(f"unknown revision {revision_id}")
         return [StoredMessage(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6]) for r in rows]
 
+    def messages_since(self, revision_id: int, base_revision_id: int | None) -> list[StoredMessage]:
+        """The messages a revision adds to one of its ancestors, in order: what an append just
+        added, without reading (and decoding) the whole history again."""
+        base_length = 0 if base_revision_id is None else self._length(base_revision_id)
+        rows = self.db.execute(
+            """
+            WITH RECURSIVE chain(id, parent_id, message_id, length) AS (
+                SELECT id, parent_id, message_id, length FROM revisions WHERE id = ?
+                UNION ALL
+                SELECT r.id, r.parent_id, r.message_id, r.length
+                FROM revisions r JOIN chain c ON r.id = c.parent_id WHERE r.length > ?
+            )
+            SELECT m.id, m.role, m.origin, m.payload, m.runtime_event_id, m.request_id, chain.id
+            FROM chain JOIN messages m ON m.id = chain.message_id
+            WHERE chain.length > ?
+            ORDER BY chain.length
+            """,
+            [revision_id, base_length, base_length],
+        ).fetchall()
+        return [StoredMessage(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6]) for r in rows]
+
     def revision_conversation(self, revision_id: int) -> str | None:
         row = self.db.execute("SELECT conversation_id FROM revisions WHERE id = ?", [revision_id]).fetchone()
         return None if row is None else row[0]

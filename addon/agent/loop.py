@@ -264,8 +264,12 @@ class Turn:
             )
         except StaleRun as e:
             raise RunCanceled(str(e)) from None
-        stored = await self.svc.store.messages(revision)
-        self.messages = stored
+        await self._advance(revision)
+
+    async def _advance(self, revision: int | None) -> None:
+        """Move to a revision this run just appended on top of its own: read only what it added."""
+        if revision != self.revision:
+            self.messages = self.messages + await self.svc.store.messages_since(revision, self.revision)
         self.revision = revision
 
     def _cancel_initial_publish(self) -> None:
@@ -351,8 +355,7 @@ class Turn:
             )
         except StaleRun as e:
             raise RunCanceled(str(e)) from None
-        self.messages = await self.svc.store.messages(revision)
-        self.revision = revision
+        await self._advance(revision)
 
     async def _finish_text(self, result: CallResult) -> None:
         before = self.messages

@@ -45,6 +45,7 @@ class RequestChannel:
     started: bool = False
     rejected: tuple[int, str] | None = None
     """(seqno, why) of the first append the proxy rejected for this request: that seqno never comes."""
+    expiry: asyncio.TimerHandle | None = None
 
 
 class RouteTimeout(Exception):
@@ -137,7 +138,8 @@ class Runtime:
             )
             ch.rejected = self.rejected_early.pop(ch.request_id, None)
             # the run_request may sit behind a seqno gap that never fills: do not keep the run forever
-            asyncio.get_running_loop().call_later(self.settings.stream_attach_timeout_s, self._expire_unstarted, ch)
+            ch.expiry = asyncio.get_running_loop().call_later(
+                self.settings.stream_attach_timeout_s, self._expire_unstarted, ch)
         ch.route.set_result(route)
         if route is not Route.LOCAL:  # only the decision is needed from now on (bounded memory)
             self.channels.pop(ch.request_id, None)
@@ -183,6 +185,9 @@ class Runtime:
             run.record_up(msg, msg_raw)  # recorded in protocol (seqno) order, not arrival order
             if msg.WhichOneof("message") == "run_request" and not ch.started:
                 ch.started = True
+                if ch.expiry is not None:  # the timer would hold the finished run for its whole delay
+                    ch.expiry.cancel()
+                    ch.expiry = None
                 run.start(self.make_turn(msg.run_request))
             else:
                 run.deliver(msg)

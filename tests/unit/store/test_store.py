@@ -131,6 +131,19 @@ def test_runtime_event_is_appended_exactly_once(store):
         store.append("c", None, [msg("different", runtime_event_id="run-request:r1")], fence_request_id="r1")
 
 
+def test_messages_since_is_what_an_append_added(store):
+    store.claim_run("r1", "c")
+    one = store.append("c", None, [msg("a"), msg("b")], fence_request_id="r1")
+    two = store.append("c", one, [msg("c"), msg("d"), msg("e")], fence_request_id="r1")
+    whole = store.messages(two)
+    assert store.messages_since(two, one) == whole[2:]
+    assert [m.payload["text"] for m in store.messages_since(two, one)] == ["c", "d", "e"]
+    assert store.messages_since(two, None) == whole
+    assert store.messages_since(one, one) == []
+    branch = store.append("c", one, [msg("x")], fence_request_id="r1")  # a sibling of `two`
+    assert store.messages(one) + store.messages_since(branch, one) == store.messages(branch)
+
+
 def test_revision_fence_stops_a_replaced_run(store):
     store.claim_run("old", "c")
     base = store.append("c", None, [msg("a")], fence_request_id="old")
