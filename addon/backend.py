@@ -3,6 +3,8 @@
 - BidiAppend is answered in the `request` hook (200 empty, or a Connect error JSON).
 - A local RunSSE is pointed at the embedded loopback stream server; mitmproxy streams its body.
 - Runs on any other model, and everything else, go upstream untouched and streamed.
+- An HTTP/2 `Run` (Cursor's default transport) goes to the same loopback server, where the Run
+  transport (`run_transport.py`) reads its first message and answers it or relays it to Cursor.
 - `/agent/v1/run` is answered 404 in intercept mode so Cursor takes the RunSSE path (DESIGN §2).
 - Observe mode answers nothing: every agent RPC goes upstream untouched (no routing, no waiting).
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 
 from mitmproxy import ctx, http
 
@@ -25,8 +28,10 @@ from .agent.providers.io import StreamLimits, make_client
 from .agent.run import Run, RunSettings
 from .access import ClientAccess
 from .agent.runtime import Route, RouteTimeout, Runtime
+from . import duplex
 from .router import Rpc, classify
-from .stream_server import RUN_HEADER, StreamServer
+from .run_transport import RELAY_HEADER, PendingRun, RelayTarget, RunTransport, relay_headers
+from .stream_server import RUN_HEADER, RUN_STREAM_HEADER, StreamServer
 
 log = logging.getLogger("byok.backend")
 
@@ -42,6 +47,7 @@ class Backend:
         """Who may use the user's models (None: every client, as in unit tests)."""
         self.runtime: Runtime | None = None
         self.server: StreamServer | None = None
+        self.runs: RunTransport | None = None
         self.store = None
         self.http = None
         self.settings: options.Settings | None = None
@@ -81,7 +87,9 @@ class Backend:
         )
         services.claim_conversation = self.runtime.claim_conversation
         services.web = self._web_tools
-        self.server = StreamServer(self.runtime.stream_run)
+        duplex.install()
+        self.runs = RunTransport(self.runtime)
+        self.server = StreamServer(self.runtime.stream_run, self.runs.serve)
         await self.server.start()
         self._ready.set()
         if settings.gc_days > 0:
@@ -142,8 +150,13 @@ class Backend:
 
     # ---- hooks ---------------------------------------------------------------------------------
 
-    def requestheaders(self, flow: http.HTTPFlow) -> None:
-        if self.settings is None or classify(flow, self.settings) in (None, Rpc.RUN):
+    async def requestheaders(self, flow: http.HTTPFlow) -> None:
+        if not self._ready.is_set() and self._is_run(flow):
+            await self._ready.wait()  # a Run's route is fixed at its headers: wait for the loopback server
+        rpc = None if self.settings is None else classify(flow, self.settings)
+        if rpc is Rpc.RUN and self.runs is not None:
+            self._run_headers(flow)
+        elif rpc is None or rpc is Rpc.RUN:
             flow.request.stream = True  # not ours: straight through, never buffered
 
     async def request(self, flow: http.HTTPFlow) -> None:
@@ -169,8 +182,11 @@ class Backend:
         if target:  # show the real host again (the request already went to the loopback server)
             flow.request.scheme, flow.request.host, flow.request.port = target
             flow.request.headers.pop(RUN_HEADER, None)
-        if self.settings is None or classify(flow, self.settings) not in (Rpc.MODEL_LIST, Rpc.SERVER_CONFIG):
-            if self.recorder is not None and classify(flow, self.settings) is Rpc.RUN_SSE:
+            if flow.request.headers.pop(RUN_STREAM_HEADER, None) is not None:
+                flow.request.headers.pop("transfer-encoding", None)
+        rpc = None if self.settings is None else classify(flow, self.settings)
+        if rpc not in (Rpc.MODEL_LIST, Rpc.SERVER_CONFIG):
+            if self.recorder is not None and rpc in (Rpc.RUN_SSE, Rpc.RUN):
                 flow.response.stream = self.recorder.tee_response(flow)
             else:
                 flow.response.stream = True
@@ -183,6 +199,74 @@ class Backend:
                 from .agent.errors import RunCanceled
 
                 run.cancel(RunCanceled(f"RunSSE flow failed: {flow.error}"))
+
+    # ---- HTTP/2 Run -------------------------------------------------------------------------------
+
+    def _is_run(self, flow: http.HTTPFlow) -> bool:
+        return flow.request.method == "POST" and flow.request.path.split("?", 1)[0] == "/agent.v1.AgentService/Run"
+
+    def _run_headers(self, flow: http.HTTPFlow) -> None:
+        """Route a Run at its headers (mitmproxy connects upstream right after this hook)."""
+        request = flow.request
+        relay_token = request.headers.pop(RELAY_HEADER, None)
+        relayed = self.runs.relays.get(relay_token or "")
+        flow.metadata[duplex.FULL_DUPLEX] = request.is_http2
+        if relayed is not None:  # our own relay leg of a Cursor-model Run: to Cursor as it is
+            flow.metadata.update(byok="upstream", byok_request_id=relayed, byok_relay=True)
+            request.stream = self.recorder.tee_request(flow) if self.recorder is not None else True
+            return
+        request_id = self._run_request_id(flow)
+        flow.metadata["byok_request_id"] = request_id
+        if self.settings.mode == "observe" or not request.is_http2:
+            # observe records without answering; an HTTP/1.1 Run (no client sends one) passes on as before
+            flow.metadata["byok"] = "observe" if self.settings.mode == "observe" else "upstream"
+            request.stream = self.recorder.tee_request(flow) if self.recorder is not None else True
+            return
+        token = RunTransport.new_token()
+        self.runs.expect(PendingRun(
+            token, request_id, authority=request.authority or request.pretty_host, path=request.path,
+            headers=relay_headers(list(request.headers.items(multi=True))), relay=self._relay_target(flow),
+        ))
+        flow.metadata["byok"] = "run"
+        flow.metadata["byok_target"] = (request.scheme, request.host, request.port)
+        request.headers[RUN_STREAM_HEADER] = token
+        request.headers["transfer-encoding"] = "chunked"  # else mitmproxy's HTTP/1.1 hop has no body framing
+        request.headers.pop("content-length", None)
+        request.scheme, request.host, request.port = "http", "127.0.0.1", self.server.port
+        request.stream = self.recorder.tee_request(flow) if self.recorder is not None else True
+
+    def _run_request_id(self, flow: http.HTTPFlow) -> str:
+        """The client's x-request-id when it is new to this process, else a fresh id."""
+        import uuid
+
+        wanted = flow.request.headers.get("x-request-id", "").strip()
+        if wanted and self.runtime.known_route(wanted) is None and wanted not in self.runtime.channels \
+                and not any(p.request_id == wanted for p in self.runs.pending.values()):
+            return wanted
+        fresh = str(uuid.uuid4())
+        if wanted:
+            log.info("Run x-request-id %s already seen: this Run is %s", wanted, fresh)
+        return fresh
+
+    @staticmethod
+    def _relay_target(flow: http.HTTPFlow) -> RelayTarget | None:
+        from mitmproxy.proxy.mode_specs import ReverseMode
+
+        mode = flow.client_conn.proxy_mode
+        sockname = flow.client_conn.sockname
+        if isinstance(mode, ReverseMode):
+            tunnel = False
+        elif mode.type_name in ("regular", "upstream"):
+            tunnel = True
+        else:
+            return None
+        auth = flow.metadata.get("proxyauth")
+        confdir = os.path.expanduser(ctx.options.confdir)
+        return RelayTarget(
+            listener=(sockname[0], sockname[1]), tunnel=tunnel, host=flow.request.host, port=flow.request.port,
+            ca_file=os.path.join(confdir, "mitmproxy-ca-cert.pem"),
+            proxy_auth=tuple(auth) if auth else None,
+        )
 
     # ---- RunSSE ----------------------------------------------------------------------------------
 

@@ -1,12 +1,13 @@
 """The "Cursor Agent" content view: Connect frames of the agent RPCs decoded as agent.v1 messages.
 
 mitmweb, mitmproxy and mitmdump pick it automatically (their "auto" view) for:
-- RunSSE responses: one entry per envelope (index, flags, length, the `AgentServerMessage` branch and
+- RunSSE and HTTP/2 Run responses: one entry per envelope (index, flags, length, the `AgentServerMessage` branch and
   its nested branch, the ids that pair messages, compact JSON of the message); the end-stream JSON
   as JSON with its `ErrorDetails` decoded; gzip frames inflated; an incomplete tail (a stream still
   running, or cut) shown as such;
-- RunSSE requests (`BidiRequestId`) and BidiAppend requests (request id, seqno, and the hex `data`, or
-  the raw `data_binary` of newer clients, decoded as an `AgentClientMessage`), unary or enveloped;
+- HTTP/2 Run requests (one `AgentClientMessage` per envelope), RunSSE requests (`BidiRequestId`) and
+  BidiAppend requests (request id, seqno, and the hex `data`, or the raw `data_binary` of newer
+  clients, decoded as an `AgentClientMessage`), unary or enveloped;
 - GetServerConfig and GetDefaultModelForCli (unary calls cursor-byok may rewrite): the message as
   JSON, unknown fields numbered.
 Other `application/connect+*` bodies get the envelope listing without message types.
@@ -37,7 +38,7 @@ from byok.proto import agent_pb2 as apb, aiserver_pb2 as spb
 
 from .agent import connect
 from .agent.cursor.bidi import append_message
-from .router import BIDI_APPEND_PATH, RUN_SSE_PATH
+from .router import BIDI_APPEND_PATH, RUN_PATH, RUN_SSE_PATH
 
 VIEW_NAME = "Cursor Agent"
 """URL-safe apart from the space (mitmweb: `/flows/<id>/response/content/Cursor%20Agent.json`)."""
@@ -345,6 +346,11 @@ def render_server_stream(data: bytes) -> list[Line]:
     return list(iter_envelopes(data, apb.AgentServerMessage.FromString, _SERVER_ID_LABEL))
 
 
+def render_client_stream(data: bytes) -> list[Line]:
+    """An HTTP/2 Run request body (whole or partial): the client's messages in stream order."""
+    return list(iter_envelopes(data, apb.AgentClientMessage.FromString, _CLIENT_ID_LABEL))
+
+
 def render_run_sse_request(data: bytes) -> list[Line]:
     """A RunSSE request: one envelope holding `BidiRequestId`."""
     return list(iter_envelopes(data, spb.BidiRequestId.FromString, {}))
@@ -470,6 +476,8 @@ def _target(flow: Any, http_message: Any, content_type: str | None) -> str | Non
         is_request = isinstance(http_message, http.Request)
         if path == RUN_SSE_PATH:
             return "run_sse_request" if is_request else "run_sse_response"
+        if path == RUN_PATH:
+            return "run_request" if is_request else "run_response"
         if path == BIDI_APPEND_PATH and is_request:
             return "bidi_append"
         if path in UNARY_MESSAGES:
@@ -489,6 +497,15 @@ class CursorAgentView(contentviews.View):
             return "Cursor Agent: BidiAppend", iter(render_bidi_append(data, content_type))
         if target == "run_sse_request":
             return describe_stream(data, "Cursor Agent: RunSSE request"), iter(render_run_sse_request(data))
+        if target == "run_request":
+            if not data:
+                return "Cursor Agent: Run request: no bytes yet", iter([])
+            return describe_stream(data, "Cursor Agent: Run request"), iter(render_client_stream(data))
+        if target == "run_response":
+            if not data:
+                return "Cursor Agent: Run response: no bytes yet", iter([])
+            lines = iter_envelopes(data, apb.AgentServerMessage.FromString, _SERVER_ID_LABEL)
+            return describe_stream(data, "Cursor Agent: Run response"), lines
         if target in ("unary_request", "unary_response"):
             path = flow.request.path.split("?", 1)[0]
             message_class = UNARY_MESSAGES[path][0 if target == "unary_request" else 1]

@@ -246,22 +246,29 @@ class FrameWriter:
 
 
 class StreamTee:
-    """The `flow.response.stream` callable of one RunSSE flow: keeps a copy of every chunk for the
-    flow, publishes it to mitmweb (throttled), and, for runs not answered here, cuts the copy into
-    frames for the store. Returns each chunk unchanged."""
+    """The `flow.response.stream` (or, for an HTTP/2 Run, also `flow.request.stream`) callable of one
+    agent stream: keeps a copy of every chunk for the flow, publishes it to mitmweb (throttled),
+    and, for runs not answered here, cuts the copy into frames for the store. Returns each chunk
+    unchanged."""
 
     def __init__(self, recorder: "Recorder", flow: http.HTTPFlow, request_id: str | None,
-                 interval_s: float = LIVE_UPDATE_INTERVAL_S) -> None:
+                 interval_s: float = LIVE_UPDATE_INTERVAL_S, *, side: str = "response") -> None:
         self.recorder = recorder
         self.flow = flow
         self.request_id = request_id
         self.interval_s = interval_s
+        self.side = side
+        self.direction = "down" if side == "response" else "up"
         self.body = bytearray()
         self.closed = False
         self.streamed = False
         """Chunks went through; a response an addon made in `request` is never streamed and keeps its body."""
         self._decoder = connect.EnvelopeDecoder() if request_id else None
-        self._inflate = _http_decoder(flow.response) if request_id else None
+        self._inflate = _http_decoder(self.message) if request_id else None
+
+    @property
+    def message(self) -> http.Message | None:
+        return self.flow.response if self.side == "response" else self.flow.request
         self._last_publish = 0.0
         self._timer: asyncio.TimerHandle | None = None
 
@@ -284,7 +291,8 @@ class StreamTee:
             return
         ts = now_ms()
         for frame in frames:
-            self.recorder.capture(Captured(self.request_id, "down", ts, None, frame.flags, frame.payload))
+            kind = None if self.direction == "down" else client_kind(frame.payload, frame.flags)
+            self.recorder.capture(Captured(self.request_id, self.direction, ts, kind, frame.flags, frame.payload))
 
     def _schedule_publish(self) -> None:
         due = self._last_publish + self.interval_s
@@ -300,16 +308,16 @@ class StreamTee:
     def publish(self) -> None:
         """Put the bytes so far on the flow and tell the UI (mitmweb) the flow changed."""
         self._timer = None
-        if self.closed or self.flow.response is None:
+        if self.closed or self.message is None:
             return
         self._last_publish = time.monotonic()
-        self.flow.response.data.content = bytes(self.body)
+        self.message.data.content = bytes(self.body)
         ctx.master.addons.trigger(UpdateHook([self.flow]))
 
     def keep(self) -> None:
         """Put the bytes so far on the flow, without telling the UI."""
-        if self.streamed and self.flow.response is not None:
-            self.flow.response.data.content = bytes(self.body)
+        if self.streamed and self.message is not None:
+            self.message.data.content = bytes(self.body)
 
     def finish(self) -> None:
         """The stream ended (or failed): the flow keeps the whole body, already sent to the client."""
@@ -319,13 +327,24 @@ class StreamTee:
             self._timer = None
         self.keep()
         if self._decoder is not None and self._decoder.buffered:
-            log.info("[%s] RunSSE ended inside a frame (%d bytes left over)", self.request_id, self._decoder.buffered)
+            log.info("[%s] %s stream ended inside a frame (%d bytes left over)", self.request_id, self.side,
+                     self._decoder.buffered)
 
 
-def _http_decoder(response: http.Response | None):
-    """RunSSE bodies are not content-encoded (Connect compresses per frame); if one is, inflate
+def client_kind(payload: bytes, flags: int) -> str:
+    """The kind of an up frame, named like the local run's (`kv_client_message`, `run_request`)."""
+    if flags & connect.FLAG_END_STREAM:
+        return "end_stream"
+    try:
+        return apb.AgentClientMessage.FromString(payload).WhichOneof("message") or "empty"
+    except DecodeError:
+        return "undecodable"
+
+
+def _http_decoder(message: http.Message | None):
+    """Stream bodies are not content-encoded (Connect compresses per frame); if one is, inflate
     gzip/deflate for recording (the flow keeps the bytes as sent)."""
-    encoding = (response.headers.get("content-encoding", "") if response is not None else "").strip().lower()
+    encoding = (message.headers.get("content-encoding", "") if message is not None else "").strip().lower()
     if encoding in ("", "identity"):
         return None
     if encoding in ("gzip", "x-gzip", "deflate"):
@@ -351,7 +370,7 @@ class Recorder:
         self._pending_bytes = 0
         self._lock = asyncio.Lock()
         self._task: asyncio.Task | None = None
-        self._tees: dict[str, StreamTee] = {}
+        self._tees: dict[tuple[str, str], StreamTee] = {}
 
     def configure(self, updated: set[str]) -> None:
         if "byok_record" in updated:
@@ -395,7 +414,21 @@ class Recorder:
         except ValueError as e:
             log.warning("RunSSE response with %s: frames not recorded", e)
             tee = StreamTee(self, flow, None)
-        self._tees[flow.id] = tee
+        self._tees[(flow.id, "response")] = tee
+        return tee
+
+    def tee_request(self, flow: http.HTTPFlow) -> StreamTee:
+        """The stream callable for an HTTP/2 Run's request (set in `requestheaders`): the flow keeps
+        the client's frames; for a Run passed on (observe mode, a Cursor model's relay leg) they go
+        to the store as `up` frames in stream order."""
+        request_id = flow.metadata.get("byok_request_id") if self.enabled and flow.metadata.get("byok") in PASSED_ON \
+            else None
+        try:
+            tee = StreamTee(self, flow, request_id, side="request")
+        except ValueError as e:
+            log.warning("Run request with %s: frames not recorded", e)
+            tee = StreamTee(self, flow, None, side="request")
+        self._tees[(flow.id, "request")] = tee
         return tee
 
     @staticmethod
@@ -411,6 +444,11 @@ class Recorder:
 
     # ---- hooks -------------------------------------------------------------------------------------
 
+    def request(self, flow: http.HTTPFlow) -> None:
+        tee = self._tees.pop((flow.id, "request"), None)  # a streamed request ended
+        if tee is not None:
+            tee.finish()
+
     def response(self, flow: http.HTTPFlow) -> None:
         self._flow_ended(flow)
 
@@ -418,9 +456,12 @@ class Recorder:
         self._flow_ended(flow)
 
     def _flow_ended(self, flow: http.HTTPFlow) -> None:
-        tee = self._tees.pop(flow.id, None)
-        if tee is not None:
-            tee.finish()
+        for side in ("response", "request"):  # an HTTP/2 Run's response may end before its request
+            if side == "request" and not flow.error:
+                continue
+            tee = self._tees.pop((flow.id, side), None)
+            if tee is not None:
+                tee.finish()
         if (flow.metadata.get("byok") in PASSED_ON and flow.request.method == "POST"
                 and flow.request.path.split("?", 1)[0] == BIDI_APPEND_PATH):
             self._capture_append(flow)

@@ -1,16 +1,22 @@
-"""The embedded loopback HTTP/1.1 server that streams local RunSSE bodies.
+"""The embedded loopback HTTP/1.1 server that streams local RunSSE bodies and serves HTTP/2 Runs.
 
 mitmproxy cannot stream a response an addon builds itself (`Response.make` sends one piece), so a
 local RunSSE flow is pointed at this server; mitmproxy streams its chunked body to Cursor like any
 upstream response. Only mitmproxy connects here (127.0.0.1, ephemeral port). The run is found by the
 `x-byok-request-id` header the backend adds.
+
+An HTTP/2 `Run` (bidi) arrives here as an HTTP/1.1 request whose chunked body streams while the
+response streams back (`x-byok-run` names it; mitmproxy translates the client's HTTP/2 stream). The
+backend adds `transfer-encoding: chunked` to that request: without it mitmproxy would forward an
+HTTP/1.1 request with no body framing at all. The Run transport (`run_transport.py`) gets the body
+as an async iterator of chunks and a `ChunkedResponse` to answer into.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from .agent import connect
 from .agent.errors import RunCanceled
@@ -19,11 +25,81 @@ from .agent.run import Run
 log = logging.getLogger("byok.stream")
 
 RUN_HEADER = "x-byok-request-id"
+RUN_STREAM_HEADER = "x-byok-run"
+
+RunStreamHandler = Callable[[str, "ChunkedBody", "ChunkedResponse"], Awaitable[None]]
+"""(token from x-byok-run, request body, response) -> serves one HTTP/2 Run."""
+
+
+class BodyAborted(Exception):
+    """The request body stopped inside a chunk: mitmproxy closed the connection (client reset)."""
+
+
+class ChunkedBody:
+    """The streaming request body: `async for chunk in body` until the final chunk. `ended` says
+    the body ended cleanly; a connection closed mid-body raises BodyAborted."""
+
+    def __init__(self, reader: asyncio.StreamReader) -> None:
+        self._reader = reader
+        self.ended = False
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self.ended:
+            raise StopAsyncIteration
+        try:
+            while True:
+                size = int((await self._reader.readuntil(b"\r\n")).split(b";")[0], 16)
+                if size == 0:
+                    await self._reader.readuntil(b"\r\n")  # no trailers from mitmproxy
+                    self.ended = True
+                    raise StopAsyncIteration
+                data = await self._reader.readexactly(size + 2)
+                return data[:-2]
+        except (asyncio.IncompleteReadError, ConnectionError, ValueError, asyncio.LimitOverrunError) as e:
+            raise BodyAborted(f"request body cut: {type(e).__name__}") from None
+
+
+class ChunkedResponse:
+    """The response side: a status line and headers once, then chunks, then the last chunk."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self._writer = writer
+        self.started = False
+        self.finished = False
+
+    def start(self, status: int = 200, headers: list[tuple[str, str]] | None = None) -> None:
+        head = [f"HTTP/1.1 {status} {'OK' if status == 200 else 'Status'}"]
+        for name, value in headers or [("content-type", "application/connect+proto")]:
+            if name.lower() not in ("transfer-encoding", "content-length", "connection"):
+                head.append(f"{name}: {value}")
+        head.append("transfer-encoding: chunked")
+        self._writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
+        self.started = True
+
+    async def write(self, data: bytes) -> None:
+        if data:
+            self._writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+            await self._writer.drain()
+
+    async def end(self) -> None:
+        if not self.finished:
+            self.finished = True
+            self._writer.write(b"0\r\n\r\n")
+            await self._writer.drain()
+
+    def abort(self) -> None:
+        """Cut the connection mid-body: mitmproxy resets the client's stream."""
+        self.finished = True
+        self._writer.transport.abort()
 
 
 class StreamServer:
-    def __init__(self, lookup: Callable[[str], Run | None]) -> None:
+    def __init__(self, lookup: Callable[[str], Run | None], run_stream: RunStreamHandler | None = None) -> None:
         self._lookup = lookup
+        self._run_stream = run_stream
         self._server: asyncio.base_events.Server | None = None
         self.port = 0
         self._conns: set[asyncio.Task] = set()
@@ -52,6 +128,9 @@ class StreamServer:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
                 headers = _parse_headers(head)
+                if RUN_STREAM_HEADER in headers and self._run_stream is not None:
+                    await self._run_stream(headers[RUN_STREAM_HEADER], ChunkedBody(reader), ChunkedResponse(writer))
+                    return  # one Run per connection (mitmproxy does not reuse HTTP/2-to-1 connections)
                 await _drain_body(reader, headers)
                 request_id = headers.get(RUN_HEADER, "")
                 run = self._lookup(request_id)
