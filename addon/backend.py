@@ -182,8 +182,9 @@ class Backend:
         if target:  # show the real host again (the request already went to the loopback server)
             flow.request.scheme, flow.request.host, flow.request.port = target
             flow.request.headers.pop(RUN_HEADER, None)
-            if flow.request.headers.pop(RUN_STREAM_HEADER, None) is not None:
-                flow.request.headers.pop("transfer-encoding", None)
+            # An HTTP/2 Run's `transfer-encoding: chunked` stays: its request is still streaming, and
+            # mitmproxy's HTTP/1.1 hop frames every later chunk (and the end) by this very header.
+            flow.request.headers.pop(RUN_STREAM_HEADER, None)
         rpc = None if self.settings is None else classify(flow, self.settings)
         if rpc not in (Rpc.MODEL_LIST, Rpc.SERVER_CONFIG):
             if self.recorder is not None and rpc in (Rpc.RUN_SSE, Rpc.RUN):
@@ -226,6 +227,7 @@ class Backend:
         self.runs.expect(PendingRun(
             token, request_id, authority=request.authority or request.pretty_host, path=request.path,
             headers=relay_headers(list(request.headers.items(multi=True))), relay=self._relay_target(flow),
+            refusal=None if self._allowed(flow) else self.access.refusal(flow),
         ))
         flow.metadata["byok"] = "run"
         flow.metadata["byok_target"] = (request.scheme, request.host, request.port)

@@ -265,12 +265,12 @@ class StreamTee:
         """Chunks went through; a response an addon made in `request` is never streamed and keeps its body."""
         self._decoder = connect.EnvelopeDecoder() if request_id else None
         self._inflate = _http_decoder(self.message) if request_id else None
+        self._last_publish = 0.0
+        self._timer: asyncio.TimerHandle | None = None
 
     @property
     def message(self) -> http.Message | None:
         return self.flow.response if self.side == "response" else self.flow.request
-        self._last_publish = 0.0
-        self._timer: asyncio.TimerHandle | None = None
 
     def __call__(self, chunk: bytes) -> bytes:
         self.streamed = True

@@ -34,7 +34,7 @@ from google.protobuf.message import DecodeError
 from byok.proto import agent_pb2 as apb
 
 from .agent import connect
-from .agent.errors import ProtocolError, RunCanceled
+from .agent.errors import AccessDenied, ProtocolError, RunCanceled
 from .agent.runtime import Route, Runtime
 from .h2conn import H2Connection, H2Error
 from .stream_server import BodyAborted, ChunkedBody, ChunkedResponse
@@ -77,6 +77,8 @@ class PendingRun:
     headers: list[tuple[str, str]]
     relay: RelayTarget | None
     """None: this listener's mode cannot relay (the Cursor-model run fails `unavailable`)."""
+    refusal: str | None = None
+    """Why this client may not run on the user's models (access.py), or None when it may."""
     created: float = field(default_factory=time.monotonic)
 
 
@@ -156,7 +158,11 @@ class RunTransport:
             log.warning("[%s] Run rejected: %s", rid, e)
             await _answer_error(response, e)
             return
-        route = self.runtime.on_append(rid, 0, *first)
+        route = self.runtime.on_append(rid, 0, *first, local_allowed=pending.refusal is None)
+        if route is Route.REFUSED:
+            log.warning("[%s] refused: %s", rid, pending.refusal)
+            await _answer_error(response, AccessDenied(pending.refusal or "not allowed").to_connect())
+            return
         if route is Route.UPSTREAM:
             await self._relay(pending, bytes(prefix), body, response)
         else:
@@ -173,7 +179,8 @@ class RunTransport:
             return
         response.start(200, [("content-type", CONNECT_PROTO)])
         run.attach_stream()
-        inbound = asyncio.get_running_loop().create_task(self._pump_in(rid, decoder, rest, body), name=f"run-in {rid}")
+        inbound = asyncio.get_running_loop().create_task(self._pump_in(rid, decoder, rest, body),
+                                                         name=f"run-in {rid}")
         try:
             async for chunk in run.frames():
                 await response.write(chunk)

@@ -95,8 +95,11 @@ class H2CursorClient(CursorClient):
             except H2Error:
                 pass  # the stream ended or was reset meanwhile: the IDE drops late replies too
 
-    async def append(self, request_id, message, *, seqno=None, body=None):  # noqa: D102
-        raise NotImplementedError("Run carries client messages in its own stream: use send()")
+    async def append(self, request_id, message, *, seqno=None, body=None):
+        """There are no appends on Run: the message goes on the stream (`seqno` has no meaning)."""
+        if body is not None:
+            raise ValueError("a Run has no BidiAppend bodies")
+        await self.send(request_id, message)
 
     async def cancel(self, request_id: str, reason: str = "") -> None:
         """`conversation_action.cancel_action` on the stream (the stop button)."""

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from byok.agent.config import public_model_id
 from byok.cli.client import CursorClient
+from byok.cli.h2client import H2CursorClient
 
 ROOT = Path(__file__).resolve().parents[2]
 MITMDUMP = str(Path(sys.executable).with_name("mitmdump"))
@@ -149,6 +150,10 @@ class Proxy:
 
     def client(self, **kwargs) -> CursorClient:
         return CursorClient(self.url, self.ca_file, **kwargs)
+
+    def h2_client(self, **kwargs) -> H2CursorClient:
+        """The HTTP/2 Run client (Cursor's default transport) through this proxy."""
+        return H2CursorClient(self.url, self.ca_file, **kwargs)
 
 
 def without_proxy_env(environ) -> dict[str, str]:
