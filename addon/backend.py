@@ -199,7 +199,8 @@ class Backend:
             if run is not None and not run.terminal:
                 from .agent.errors import RunCanceled
 
-                run.cancel(RunCanceled(f"RunSSE flow failed: {flow.error}"))
+                what = "Run" if flow.metadata.get("byok") == "run" else "RunSSE"
+                run.cancel(RunCanceled(f"the client's {what} stream failed: {flow.error}"))
 
     # ---- HTTP/2 Run -------------------------------------------------------------------------------
 

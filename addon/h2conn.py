@@ -210,15 +210,20 @@ class H2Connection:
                 del self._streams[stream_id]
 
     def _reset(self, stream_id: int, code: int) -> None:
-        self._streams.pop(stream_id, None)
+        self._forget_reset(stream_id)
         try:
             self._h2.reset_stream(stream_id, code)
         except h2.exceptions.StreamClosedError:
             return
         self._flush()
 
+    def _forget_reset(self, stream_id: int) -> None:
+        stream = self._streams.pop(stream_id, None)
+        if stream is not None and not stream.ended:
+            stream._fail(H2Error("stream reset by us"))
+
     def _end_and_reset(self, stream_id: int, code: int) -> None:
-        self._streams.pop(stream_id, None)
+        self._forget_reset(stream_id)
         self._h2.end_stream(stream_id)
         self._h2.reset_stream(stream_id, code)
         self._flush()

@@ -49,6 +49,9 @@ class H2CursorClient(CursorClient):
         self._send_locks: dict[str, asyncio.Lock] = {}
         self.responses: dict[str, list[tuple[str, str]]] = {}
         """request_id -> the response headers of its Run."""
+        self.sent: dict[str, bytearray] = {}
+        self.received: dict[str, bytearray] = {}
+        """request_id -> every request / response body byte of its Run, as sent and received."""
 
     async def aclose(self) -> None:
         await super().aclose()
@@ -90,8 +93,10 @@ class H2CursorClient(CursorClient):
         if stream is None or stream.local_ended:
             return
         async with self._send_locks.setdefault(request_id, asyncio.Lock()):
+            data = raw if raw is not None else connect.encode_envelope(message.SerializeToString())
             try:
-                await stream.send(raw if raw is not None else connect.encode_envelope(message.SerializeToString()))
+                await stream.send(data)
+                self.sent.setdefault(request_id, bytearray()).extend(data)
             except H2Error:
                 pass  # the stream ended or was reset meanwhile: the IDE drops late replies too
 
@@ -161,7 +166,9 @@ class H2CursorClient(CursorClient):
             decoder = connect.EnvelopeDecoder()
             end_error: connect.ConnectError | None = None
             ended = False
+            received = self.received.setdefault(request_id, bytearray())
             async for chunk in stream.chunks():
+                received += chunk
                 for frame in decoder.feed(chunk):
                     if ended:
                         raise AssertionError("bytes after the end-stream frame")

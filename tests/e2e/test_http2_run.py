@@ -4,11 +4,18 @@ engine as RunSSE; a Cursor-model Run relayed to a fake HTTP/2 Cursor backend byt
 
 from __future__ import annotations
 
+import asyncio
+import json
+import sqlite3
+
 import pytest
 
+from byok.agent import connect
 from byok.cli.client import user_turn_request
+from byok.cli.executor import LocalExecutor
+from byok.proto import agent_pb2 as apb, aiserver_pb2 as spb
 from tests.e2e.conftest import run, start_proxy
-from tests.support.scripted_provider import CHAT, Usage
+from tests.support.scripted_provider import CHAT, Hang, HttpError, Usage
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
 
@@ -38,3 +45,187 @@ def test_text_turn_over_http2(env, provider):
     tail = kinds[kinds.index("interaction_update.turn_ended"):]
     assert tail == ["interaction_update.turn_ended"] + ["conversation_checkpoint_update"] * 3 + ["end_stream"]
     assert dict(headers)["content-type"] == "application/connect+proto"
+
+
+def test_a_cursor_model_run_is_relayed_to_an_http2_upstream_byte_for_byte(tmp_path, provider):
+    """A Run on a model that is not the user's goes back through mitmproxy to (fake) Cursor over HTTP/2;
+    the upstream's answer depends on a message the client sends mid-stream (its blob ACK)."""
+    from tests.support.fake_h2_cursor import FakeH2Cursor
+
+    with FakeH2Cursor() as upstream:
+        proxy, _ = start_proxy(tmp_path, provider, upstream, byok_upstream_probe_ms="0")
+        try:
+            async def scenario():
+                async with proxy.h2_client() as client:
+                    result = await client.run(user_turn_request("hi", model_id="claude-4.5-sonnet"),
+                                              request_id="official-run-1")
+                    await asyncio.sleep(0.3)  # the request's end travels on after the response ended
+                    return result, client
+
+            result, client = run(scenario())
+        finally:
+            proxy.stop()
+        [seen] = upstream.runs
+    assert result.end_error is None and result.text() == "official answer"
+    assert bytes(client.received["official-run-1"]) == bytes(seen.response)  # down, byte for byte
+    assert bytes(client.sent["official-run-1"]) == bytes(seen.request)  # up, byte for byte
+    assert [m.WhichOneof("message") for m in seen.messages] == ["run_request", "kv_client_message"]
+    assert seen.request_ended and not seen.reset and seen.request_ended_at > seen.response_ended_at
+    assert seen.headers[":authority"] == "agentn.api5.cursor.sh" and seen.headers["x-request-id"] == "official-run-1"
+    assert not any(k.startswith("x-byok") for k in seen.headers)
+    assert dict(client.responses["official-run-1"])["x-official"] == "yes"
+    assert "official-run-1] model 'claude-4.5-sonnet' -> upstream" in proxy.log()
+    db = sqlite3.connect(proxy.db)  # the relay leg is recorded like any run passed on
+    frames = db.execute("SELECT direction, kind FROM frames WHERE request_id = 'official-run-1' ORDER BY direction, seq")
+    assert [tuple(r) for r in frames] == [
+        ("down", "kv_server_message.set_blob_args"), ("down", "interaction_update.text_delta"),
+        ("down", "interaction_update.text_delta"), ("down", "end_stream"),
+        ("up", "run_request"), ("up", "kv_client_message")]
+
+
+def statuses(proxy) -> dict[str, str]:
+    return dict(sqlite3.connect(proxy.db).execute("SELECT request_id, status FROM runs"))
+
+
+def test_tool_turn_over_http2(env, provider, tmp_path):
+    proxy, model = env
+    (tmp_path / "a.txt").write_text("alpha\n")
+    provider.enqueue("openai_chat", CHAT.tool_calls([("call_1", "Read", json.dumps({"path": str(tmp_path / "a.txt")}))]),
+                     CHAT.text_reply("a.txt says alpha"))
+
+    async def scenario():
+        executor = LocalExecutor(tmp_path)
+        async with proxy.h2_client(on_exec=executor.on_exec) as client:
+            result = await client.run(user_turn_request("read a.txt", model_id=model, workspace=str(tmp_path)),
+                                      on_frame=executor.on_frame)
+        await executor.aclose()
+        return result, executor.log
+
+    result, execs = run(scenario())
+    assert result.end_error is None and result.text() == "a.txt says alpha"
+    assert [e.WhichOneof("message") for e in execs] == ["read_args"]
+    kinds = result.kinds()
+    assert kinds.index("interaction_update.tool_call_started") < kinds.index("interaction_update.tool_call_completed")
+    [done] = result.down("interaction_update.tool_call_completed")
+    assert "alpha" in done.message.interaction_update.tool_call_completed.tool_call.read_tool_call.result.success.content
+    tool_message = provider.requests[-1].json["messages"][-1]
+    assert tool_message["role"] == "tool" and "alpha" in tool_message["content"]
+
+
+def test_provider_error_ends_the_stream_with_error_details(env, provider):
+    proxy, model = env
+    provider.enqueue("openai_chat", HttpError(500, {"error": {"message": "upstream exploded", "type": "server_error"}}))
+
+    async def scenario():
+        async with proxy.h2_client() as client:
+            return await client.run(user_turn_request("fail please", model_id=model))
+
+    result = run(scenario())
+    assert result.status == 200 and result.frames[-1].flags == connect.FLAG_END_STREAM
+    assert "interaction_update.turn_ended" not in result.kinds()
+    assert result.kinds().count("conversation_checkpoint_update") == 1  # the user turn stays restorable
+    error = result.end_error
+    assert error.code is connect.Code.UNAVAILABLE
+    [detail] = error.details
+    details = spb.ErrorDetails.FromString(detail.value)
+    assert detail.type == "aiserver.v1.ErrorDetails" and details.error == spb.ErrorDetails.ERROR_PROVIDER_ERROR
+    assert "upstream exploded" in details.details.detail and details.details.is_retryable
+
+
+def test_cancel_action_on_the_stream(env, provider):
+    proxy, model = env
+    provider.enqueue("openai_chat", Hang(30))
+
+    async def scenario():
+        async with proxy.h2_client() as client:
+            async def on_frame(frame):
+                if frame.kind == "conversation_checkpoint_update":
+                    await client.cancel("h2-cancel", "user pressed stop")
+
+            return await client.run(user_turn_request("stop me", model_id=model), request_id="h2-cancel",
+                                    on_frame=on_frame)
+
+    result = run(scenario())
+    assert result.end_error.code is connect.Code.CANCELED
+    assert "interaction_update.turn_ended" not in result.kinds()
+    assert statuses(proxy)["h2-cancel"] == "canceled"
+
+
+@pytest.mark.parametrize("with_end", [False, True], ids=["rst", "end+rst"])
+def test_resetting_the_stream_cancels_the_run(env, provider, with_end):
+    """RST_STREAM, and END_STREAM + RST_STREAM in one packet (mitmproxy may forward only the end):
+    either way the client left, and the run ends canceled, its provider call abandoned."""
+    proxy, model = env
+    provider.enqueue("openai_chat", Hang(30))
+    request_id = f"h2-reset-{with_end}"
+
+    async def scenario():
+        async with proxy.h2_client() as client:
+            async def on_frame(frame):
+                if frame.kind == "conversation_checkpoint_update":
+                    client.reset(request_id, with_end=with_end)
+
+            try:
+                await client.run(user_turn_request("leave", model_id=model), request_id=request_id, on_frame=on_frame)
+            except Exception as e:  # the stream is gone: no end-stream comes
+                return e
+            return None
+
+    error = run(scenario())
+    assert error is not None
+    for _ in range(100):
+        if statuses(proxy).get(request_id):
+            break
+        run(asyncio.sleep(0.05))
+    assert statuses(proxy)[request_id] == "canceled"
+    reasons = ("the client's Run stream failed: stream reset by client", "the client reset the Run stream",
+               "the client ended its Run request before the response ended")
+    assert any(f"[{request_id}] run ends with canceled: {why}" in proxy.log() for why in reasons)
+
+
+def test_resume_from_a_staged_checkpoint_over_http2(env, provider, tmp_path):
+    """The client leaves while a tool round is staged (it holds the staged checkpoint); a new Run with
+    resume_action and that checkpoint runs the round's tools and then asks the model once."""
+    proxy, model = env
+    (tmp_path / "b.txt").write_text("beta\n")
+    provider.enqueue("openai_chat", CHAT.tool_calls([("call_b", "Read", json.dumps({"path": str(tmp_path / "b.txt")}))]))
+
+    async def first_attempt():
+        staged: list = []
+
+        async def never_answer(client, message):
+            return None
+
+        async with proxy.h2_client(on_exec=never_answer) as client:
+            async def on_frame(frame):
+                if frame.kind == "conversation_checkpoint_update" and \
+                        frame.message.conversation_checkpoint_update.pending_tool_calls:
+                    staged.append(frame.message.conversation_checkpoint_update)
+                    client.reset("h2-staged")
+
+            req = user_turn_request("read b", model_id=model, workspace=str(tmp_path))
+            try:
+                await client.run(req, request_id="h2-staged", on_frame=on_frame)
+            except Exception:
+                pass
+            return req, staged[0], dict(client.blobs)
+
+    req, staged, blobs = run(first_attempt())
+    calls_before = len(provider.requests)
+    provider.enqueue("openai_chat", CHAT.text_reply("b says beta"))
+
+    async def resume():
+        executor = LocalExecutor(tmp_path)
+        async with proxy.h2_client(blobs=blobs, on_exec=executor.on_exec) as client:
+            request = apb.AgentRunRequest(conversation_id=req.conversation_id, requested_model=req.requested_model)
+            request.conversation_state.CopyFrom(staged)
+            request.action.resume_action.request_context.CopyFrom(req.action.user_message_action.request_context)
+            result = await client.run(request, on_frame=executor.on_frame)
+        await executor.aclose()
+        return result, executor.log
+
+    result, execs = run(resume())
+    assert result.end_error is None, result.end_error
+    assert [e.WhichOneof("message") for e in execs] == ["read_args"]
+    assert result.text() == "b says beta" and len(provider.requests) == calls_before + 1
+    assert "beta" in provider.requests[-1].json["messages"][-1]["content"]
