@@ -272,7 +272,11 @@ class StreamTee:
     def message(self) -> http.Message | None:
         return self.flow.response if self.side == "response" else self.flow.request
 
-    def __call__(self, chunk: bytes) -> bytes:
+    def __call__(self, chunk: bytes) -> bytes | list[bytes]:
+        if not chunk:
+            # mitmproxy 11.0.2 writes an empty chunk to an HTTP/1.1 peer as `0\r\n\r\n`, the body's
+            # end: an empty HTTP/2 DATA frame would end the stream early. Nothing to forward.
+            return []
         self.streamed = True
         if chunk and not self.closed:
             self.body += chunk
