@@ -19,7 +19,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import h2.errors
 
@@ -64,12 +64,14 @@ class H2CursorClient(CursorClient):
                 url = urlsplit(self.base_url)
                 context = ssl.create_default_context(cafile=self.ca_file) if self.ca_file \
                     else ssl.create_default_context()
-                proxy = None
+                proxy = auth = None
                 if self.proxy:
                     p = urlsplit(self.proxy)
                     proxy = (p.hostname, p.port or 8080)
+                    if p.username is not None:
+                        auth = (unquote(p.username), unquote(p.password or ""))
                 self._conn = await H2Connection.open(url.hostname, url.port or 443, ssl_context=context,
-                                                     proxy=proxy, timeout_s=10.0)
+                                                     proxy=proxy, proxy_auth=auth, timeout_s=10.0)
             return self._conn
 
     # ---- the request stream ------------------------------------------------------------------------

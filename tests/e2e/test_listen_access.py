@@ -123,6 +123,8 @@ def test_an_exposed_listener_without_proxyauth_serves_no_other_machine(tmp_path,
         assert turn["status"] == 200 and turn["text"] == ""
         assert turn["end_error"]["code"] == "permission_denied"
         assert "proxyauth" in turn["end_error"]["message"] and namespace.ns_ip in turn["end_error"]["message"]
+        assert seen["turn_h2"]["end_error"]["code"] == "permission_denied"  # the HTTP/2 Run likewise
+        assert "proxyauth" in seen["turn_h2"]["end_error"]["message"]
         assert len(provider.requests) == before  # nothing reached the provider
         assert "refused" in proxy.log()
     finally:
@@ -136,14 +138,16 @@ def test_with_proxyauth_only_an_authenticated_remote_client_gets_its_turn(tmp_pa
         before = len(provider.requests)
         anonymous = remote(namespace, proxy, model)
         assert "407" in anonymous["models"]["error"] and "407" in anonymous["turn"]["error"]
+        assert "407" in anonymous["turn_h2"]["error"]
         wrong = remote(namespace, proxy, model, "alice:guess")
         assert "407" in wrong["turn"]["error"]
         assert len(provider.requests) == before
 
-        provider.enqueue("openai_chat", CHAT.text_reply("hello, alice"))
+        provider.enqueue("openai_chat", CHAT.text_reply("hello, alice"), CHAT.text_reply("h2, alice"))
         alice = remote(namespace, proxy, model, "alice:s3cret")
         assert alice["models"]["status"] == 200 and alice["models"]["names"] == [OFFICIAL, model]
         assert alice["turn"] == {"status": 200, "text": "hello, alice", "end_error": None}
-        assert len(provider.requests) == before + 1
+        assert alice["turn_h2"] == {"status": 200, "text": "h2, alice", "end_error": None}
+        assert len(provider.requests) == before + 2
     finally:
         proxy.stop()

@@ -191,3 +191,56 @@ def test_upstream_run_is_decoded_in_mitmweb_and_recorded(web, upstream):
     assert "".join(apb.AgentServerMessage.FromString(d).interaction_update.text_delta.text
                    for _, k, _, _, d in stored if k.endswith("text_delta")) == "official answer"
     assert stored[2][3] == connect.FLAG_END_STREAM and stored[2][4] == b"{}"
+
+
+def test_http2_run_frames_in_mitmweb_both_directions_while_streaming(web, provider):
+    """Issue 14: an HTTP/2 Run shows both of its streams live, the client's messages (request) and the
+    run's (response), decoded by the Cursor Agent view, and the flow keeps them after it ended."""
+    proxy, model = web
+    words = ["one ", "two ", "six ", "ten"]
+    provider.enqueue("openai_chat", slow(CHAT.text_reply("".join(words), pieces=4), 0.5))
+    request_id = "req-web-h2"
+
+    async def scenario():
+        api = Web(proxy.web_url)
+        seen: set[str] = set()
+
+        def on_frame(frame):
+            if frame.kind == "interaction_update.text_delta":
+                seen.add(frame.message.interaction_update.text_delta.text)
+
+        request = user_turn_request("stream over h2", model_id=model, conversation_id="conv-web-h2")
+        async with proxy.h2_client() as client:
+            task = asyncio.ensure_future(client.run(request, request_id=request_id, on_frame=on_frame))
+            flow = await api.find("/agent.v1.AgentService/Run", "conv-web-h2")
+            while words[1] not in seen:
+                await asyncio.sleep(0.01)
+            while True:
+                mid_response = await api.view(flow["id"], "response")
+                mid_request = await api.view(flow["id"], "request")
+                if any(f'"text": "{words[1]}"' in line for line in mid_response[1]) and \
+                        any("kv_client_message" in line for line in mid_request[1]):
+                    break
+                await asyncio.sleep(0.02)
+            assert not task.done(), "the stream should still be running"
+            result = await task
+            await asyncio.sleep(0.3)  # the request side ends after the response
+        after_response = await api.view(flow["id"], "response")
+        after_request = await api.view(flow["id"], "request")
+        after_flow = next(f for f in await api.flows() if f["id"] == flow["id"])
+        await api.aclose()
+        return result, mid_response, mid_request, after_response, after_request, after_flow
+
+    result, mid_response, mid_request, after_response, after_request, after_flow = run(scenario())
+    assert result.end_error is None and result.text() == "".join(words)
+    assert mid_response[0].startswith("Cursor Agent: Run response: ") and "no end-stream yet" in mid_response[0]
+    assert mid_request[0].startswith("Cursor Agent: Run request: ")
+    assert "run_request" in frame_heads(mid_request[1])[0]
+    assert after_response[0].endswith(f"{len(result.down())} frame(s), ended")
+    up = [f for f in result.frames if f.direction == "up"]
+    assert len(frame_heads(after_request[1])) == len(up)
+    assert after_flow["request"]["host"] == "agentn.api5.cursor.sh"
+    stored = stored_frames(proxy, request_id, "direction, kind", lambda rows: sum(r[0] == "down" for r in rows)
+                           >= len(result.down()))
+    assert sum(r[0] == "down" for r in stored) == len(result.down())
+    assert [k for d, k in stored if d == "up"][0] == "run_request"

@@ -2,9 +2,10 @@
 
     python -m tests.support.remote_client --proxy http://[user:pass@]HOST:PORT --ca CA --model ID
 
-Fetches AvailableModels through the proxy, then runs one agent turn on `--model`, and prints one
-JSON object: {"models": {"status", "names"} | {"error"}, "turn": {"status", "end_error", "text"} |
-{"error"}}. Connection-level failures (e.g. a 407 on CONNECT) are reported as "error" strings.
+Fetches AvailableModels through the proxy, then runs one agent turn on `--model` over RunSSE and one
+over HTTP/2 Run, and prints one JSON object: {"models": {"status", "names"} | {"error"}, "turn" and
+"turn_h2": {"status", "end_error", "text"} | {"error"}}. Connection-level failures (e.g. a 407 on
+CONNECT) are reported as "error" strings.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import ssl
 import httpx
 
 from byok.cli.client import CursorClient, user_turn_request
+from byok.cli.h2client import H2CursorClient
+from byok.h2conn import H2Error
 from byok.proto import aiserver_pb2 as spb
 
 MODELS_PATH = "/aiserver.v1.AiService/AvailableModels"
@@ -42,6 +45,14 @@ async def main(args: argparse.Namespace) -> dict:
                            "end_error": None if error is None else {"code": error.code.value, "message": error.message}}
     except httpx.HTTPError as e:
         out["turn"] = {"error": f"{type(e).__name__}: {e}"}
+    try:
+        async with H2CursorClient(args.proxy, args.ca, timeout_s=30) as client:
+            result = await client.run(user_turn_request("hello over h2", model_id=args.model))
+            error = result.end_error
+            out["turn_h2"] = {"status": result.status, "text": result.text(), "end_error": None if error is None
+                              else {"code": error.code.value, "message": error.message}}
+    except (H2Error, OSError) as e:
+        out["turn_h2"] = {"error": f"{type(e).__name__}: {e}"}
     return out
 
 

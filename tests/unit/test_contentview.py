@@ -333,3 +333,27 @@ def test_a_gzip_frame_inflating_past_the_limit_is_an_error_line():
     bomb = gzip.compress(b"\0" * (cv.connect.DEFAULT_MAX_MESSAGE_BYTES + 10))
     lines = cv.render_server_stream(connect.HEADER.pack(connect.FLAG_COMPRESSED, len(bomb)) + bomb)
     assert "inflates to more than" in text(lines[0])
+
+
+def test_http2_run_streams_are_decoded_both_ways(registered):
+    """Issue 14: an HTTP/2 Run's request is the client's messages, its response the run's."""
+    from byok.cli.client import user_turn_request
+
+    up = connect.encode_envelope(apb.AgentClientMessage(
+        run_request=user_turn_request("hi", model_id="m1", conversation_id="c1")).SerializeToString())
+    up += connect.encode_envelope(apb.AgentClientMessage(kv_client_message=apb.KvClientMessage(
+        id=3, set_blob_result=apb.SetBlobResult())).SerializeToString())
+    down = connect.encode_envelope(apb.AgentServerMessage(interaction_update=apb.InteractionUpdate(
+        text_delta=apb.TextDeltaUpdate(text="hey"))).SerializeToString()) + connect.encode_end_stream()
+    flow = flow_for("/agent.v1.AgentService/Run", request_body=up, response_body=down,
+                    request_type="application/connect+proto")
+    view = registered
+    assert view.render_priority(up, content_type="application/connect+proto", flow=flow,
+                                http_message=flow.request) == cv.PRIORITY
+    title, lines = view(up, content_type="application/connect+proto", flow=flow, http_message=flow.request)
+    text = ["".join(t for _, t in line) for line in lines]
+    assert title == "Cursor Agent: Run request: 2 frame(s), no end-stream yet"
+    assert "run_request  conversation=c1 model=m1" in text[0] and "kv_client_message.set_blob_result  kv=3" in text[2]
+    title, lines = view(down, content_type="application/connect+proto", flow=flow, http_message=flow.response)
+    assert title == "Cursor Agent: Run response: 2 frame(s), ended"
+    assert view(b"", flow=flow, http_message=flow.request)[0] == "Cursor Agent: Run request: no bytes yet"
