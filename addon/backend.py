@@ -26,7 +26,8 @@ from .agent.errors import AccessDenied, RunError
 from .agent.loop import Services, make_turn_factory
 from .agent.providers.io import StreamLimits, make_client
 from .agent.run import Run, RunSettings
-from .access import ClientAccess
+from .access import ClientAccess, authenticated_user
+from .agent.team import Team, TeamFile
 from .agent.runtime import Route, RouteTimeout, Runtime
 from . import duplex
 from .router import Rpc, classify
@@ -51,6 +52,8 @@ class Backend:
         self.store = None
         self.http = None
         self.settings: options.Settings | None = None
+        self.team = Team()
+        """The team file's rules (byok_team); without one, the single user may use every model."""
         self._ready = asyncio.Event()
         self._gc_task: asyncio.Future | None = None
 
@@ -65,12 +68,16 @@ class Backend:
             # eager makes an unreachable upstream 502 every CONNECT, even calls we answer locally
             ctx.options.update(connection_strategy="lazy")
         prompts = load_assets()  # a broken asset stops start-up with a message naming the file
+        self.team = Team(TeamFile(settings.team)) if settings.team else Team()
+        if self.team.enabled and not ctx.options.proxyauth:
+            log.error("byok_team is set but proxyauth is not: no client has a user name, so every local run "
+                      "is refused (docs/team.md)")
         self.store = await AsyncStore.open(settings.db)
         self.http = make_client()
         clock, ids = (FixedClock(), CountingIds()) if settings.deterministic else (Clock(), Ids())
         services = Services(
             store=self.store, lookup_model=self.providers.lookup, prompts=prompts, http=self.http,
-            clock=clock, ids=ids, verbose_llm=settings.verbose_llm,
+            clock=clock, ids=ids, verbose_llm=settings.verbose_llm, team=self.team,
             provider_limits=StreamLimits(headers_s=settings.provider_headers_s, idle_s=settings.provider_idle_s),
         )
         self.runtime = Runtime(
@@ -297,16 +304,33 @@ class Backend:
         if route is Route.REFUSED or not self._allowed(flow):
             self._stream_error(flow, self._refusal(flow, request_id))
             return
+        if (run := runtime.run(request_id)) is not None and run.user != authenticated_user(flow):
+            self._stream_error(flow, AccessDenied(
+                f"request {request_id} belongs to another user; it is not streamed to this client").to_connect())
+            return
         flow.metadata["byok"] = "local"
         flow.metadata["byok_target"] = (flow.request.scheme, flow.request.host, flow.request.port)
         flow.request.headers[RUN_HEADER] = request_id
         flow.request.scheme, flow.request.host, flow.request.port = "http", "127.0.0.1", self.server.port
 
+    def routes_for_flow(self, flow: http.HTTPFlow, routes):
+        """The models this flow's user may use (model lists): all of them without a team file."""
+        if not self.team.enabled:
+            return routes
+        user = authenticated_user(flow)
+        if user is None:
+            return ()
+        policy = self.team.file.policy(user)
+        return [r for r in routes if policy.allows(r)]
+
     def _allowed(self, flow: http.HTTPFlow) -> bool:
         return self.access is None or self.access.allows(flow)
 
     def _refusal(self, flow: http.HTTPFlow, request_id: str) -> connect.ConnectError:
-        message = self.access.refusal(flow) if self.access is not None else "not allowed"
+        if self._allowed(flow):  # a client that may run locally, refused: the request is another user's
+            message = f"request {request_id} belongs to another user; this client may not take part in it"
+        else:
+            message = self.access.refusal(flow) if self.access is not None else "not allowed"
         log.warning("[%s] refused: %s", request_id, message)
         return AccessDenied(message).to_connect()
 
@@ -325,7 +349,10 @@ class Backend:
             )
         except UnusableAppend as e:  # names its request and seqno: that seqno is used up
             flow.metadata["byok_request_id"] = e.request_id
-            route = self.runtime.reject_append(e.request_id, e.seqno, e.message, local_allowed=self._allowed(flow))
+            run = self.runtime.run(e.request_id)
+            own = run is None or run.user == authenticated_user(flow)  # another user never ends someone's run
+            route = self.runtime.reject_append(e.request_id, e.seqno, e.message,
+                                               local_allowed=self._allowed(flow) and own)
             if route is Route.UPSTREAM:
                 flow.metadata["byok"] = "upstream"  # Cursor's own run: its backend judges the append
             elif route is Route.REFUSED:
@@ -339,8 +366,9 @@ class Backend:
             return
         flow.metadata["byok_request_id"] = append.request_id
         runtime = self.runtime
-        allowed = self._allowed(flow)
-        route = runtime.on_append(append.request_id, append.seqno, append.message, append.raw, local_allowed=allowed)
+        allowed, user = self._allowed(flow), authenticated_user(flow)
+        route = runtime.on_append(append.request_id, append.seqno, append.message, append.raw,
+                                  local_allowed=allowed, user=user)
         if route is None:
             try:
                 await runtime.wait_route(append.request_id, self.settings.route_wait_s)
@@ -348,7 +376,7 @@ class Backend:
                 self._unary_error(flow, connect.ConnectError(connect.Code.INVALID_ARGUMENT, str(e)))
                 return
             route = runtime.on_append(append.request_id, append.seqno, append.message, append.raw,
-                                      local_allowed=allowed)
+                                      local_allowed=allowed, user=user)
         if route is Route.UPSTREAM:
             flow.metadata["byok"] = "upstream"
             return

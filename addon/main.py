@@ -37,7 +37,7 @@ def make_addons() -> list:
         ContentViewRegistrar(),
         ProvidersFileAddon(providers),
         recorder,
-        ModelListInjector(providers, may_see_user_models=access.allows),
+        ModelListInjector(providers, may_see_user_models=access.allows, routes_for=backend.routes_for_flow),
         StatusEndpoint(providers),
         ServerConfigRewriter(),
         backend,

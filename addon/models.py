@@ -391,11 +391,15 @@ class ModelListInjector:
 
     def __init__(self, providers: ProvidersFile | Callable[[], Sequence[ModelRoute]],
                  probe: UpstreamProbe | None = None,
-                 may_see_user_models: Callable[[http.HTTPFlow], bool] | None = None) -> None:
+                 may_see_user_models: Callable[[http.HTTPFlow], bool] | None = None,
+                 routes_for: Callable[[http.HTTPFlow, Sequence[ModelRoute]], Sequence[ModelRoute]] | None = None,
+                 ) -> None:
         self._routes = (lambda: providers.models) if isinstance(providers, ProvidersFile) else providers
         self.probe = probe or UpstreamProbe()
         self._may_see = may_see_user_models or (lambda flow: True)
         """access.py's gate: other clients get Cursor's list as it is."""
+        self._routes_for = routes_for or (lambda flow, routes: routes)
+        """The team file's filter: a team user sees the models they may use."""
         self._refused_peers: set = set()
 
     def load(self, loader) -> None:
@@ -485,7 +489,7 @@ class ModelListInjector:
                 logger.warning("model list for %s left as Cursor sent it: this client may not use your models "
                                "(not on this machine, no proxyauth)", peer)
             return ()
-        return self._routes()
+        return self._routes_for(flow, self._routes())
 
     def _cli_default(self, routes: Sequence[ModelRoute]) -> ModelRoute | None:
         wanted = getattr(ctx.options, "byok_cli_default_model", "")

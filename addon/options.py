@@ -46,6 +46,8 @@ class Settings:
     provider_headers_s: float = 300.0
     web_fetch_private: bool = False
     web_fetch_max_kb: int = 2048
+    team: Path | None = None
+    """The team file (docs/team.md); None: the single-user proxy."""
 
     def is_cursor_host(self, host: str) -> bool:
         return any(fnmatch.fnmatchcase(host.lower(), pattern) for pattern in self.hosts)
@@ -65,6 +67,12 @@ class Options:
             "cursor-byok database (conversations, blobs, runs, provider calls, frames): a SQLite file path, "
             "or a postgresql://user:password@host/dbname URL (the team server; docs/team.md). "
             "Created and migrated at start.",
+        )
+        loader.add_option(
+            "byok_team", str, "",
+            "cursor-byok team file (TOML, docs/team.md): which proxyauth user may use which models, with whose "
+            "API key, within which monthly budget. Set, every local run needs a proxyauth user. Empty: off "
+            "(one user, every model).",
         )
         loader.add_option(
             "byok_mode", str, "intercept",
@@ -160,4 +168,5 @@ def current() -> Settings:
         provider_headers_s=parse_seconds("byok_provider_headers_s", o.byok_provider_headers_s),
         web_fetch_private=o.byok_web_fetch_private,
         web_fetch_max_kb=o.byok_web_fetch_max_kb,
+        team=Path(o.byok_team).expanduser() if o.byok_team else None,
     )

@@ -31,6 +31,7 @@ from mitmproxy.hooks import UpdateHook
 
 from byok.proto import agent_pb2 as apb
 
+from .access import authenticated_user
 from .agent import connect, drift
 from .agent.cursor.bidi import decode_bidi_append, decode_run_sse
 from .agent.run import FrameSink
@@ -71,11 +72,12 @@ CLIENT_VERSION_HEADERS = ("x-cursor-client-version", "x-client-version")
 
 
 def client_info(request_id: str, flow: http.HTTPFlow) -> dict:
-    """The client's version (Cursor sends it as a header) and user agent; never auth headers."""
+    """The client's version (Cursor sends it as a header), user agent and proxyauth user name (the
+    team server scopes traces by it); never auth headers or passwords."""
     headers = flow.request.headers
     version = next((headers[h] for h in CLIENT_VERSION_HEADERS if h in headers), None)
     return {"request_id": request_id, "client_version": version, "user_agent": headers.get("user-agent"),
-            "ts_ms": int((flow.request.timestamp_start or time.time()) * 1000)}
+            "ts_ms": int((flow.request.timestamp_start or time.time()) * 1000), "user_id": authenticated_user(flow)}
 
 
 def server_kind(payload: bytes, flags: int, message: apb.AgentServerMessage | None = None) -> str:

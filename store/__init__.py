@@ -7,12 +7,12 @@ or PostgreSQL (a postgresql:// URL, via psycopg 3), behind one interface.
 from .aio import AsyncStore
 from .db import DatabaseUnavailable
 from .store import (
-    BlobHashMismatch, BlobRef, GcStats, NewMessage, RunExists, RuntimeEventConflict, StaleRun, Store,
+    BlobHashMismatch, BlobRef, ConversationOfAnotherUser, GcStats, NewMessage, RunExists, RuntimeEventConflict, StaleRun, Store,
     StoreError, StoredMessage, blob_id, canonical_json, now_ms,
 )
 
 __all__ = [
-    "AsyncStore", "BlobHashMismatch", "DatabaseUnavailable", "BlobRef", "GcStats", "NewMessage", "RunExists",
+    "AsyncStore", "BlobHashMismatch", "ConversationOfAnotherUser", "DatabaseUnavailable", "BlobRef", "GcStats", "NewMessage", "RunExists",
     "RuntimeEventConflict", "StaleRun", "Store", "StoreError", "StoredMessage", "blob_id",
     "canonical_json", "now_ms",
 ]

@@ -448,6 +448,36 @@ def m005_queued_inputs(db: Database) -> None:
     )
 
 
+@migration(postgresql="""
+    ALTER TABLE conversations ADD COLUMN user_id TEXT;
+    ALTER TABLE runs ADD COLUMN user_id TEXT;
+    ALTER TABLE rpc_clients ADD COLUMN user_id TEXT;
+    CREATE INDEX runs_user ON runs(user_id, started_at_ms);
+    CREATE TABLE blob_grants (
+        user_id TEXT NOT NULL,
+        blob_id BYTEA NOT NULL,
+        PRIMARY KEY (user_id, blob_id)
+    )
+""")
+def m006_users(db: Database) -> None:
+    """The team server: the proxyauth user owning each conversation and run (NULL: the single user),
+    and which users may read which blobs (content is shared by hash, access is per user)."""
+    _run(
+        db,
+        """
+        ALTER TABLE conversations ADD COLUMN user_id TEXT;
+        ALTER TABLE runs ADD COLUMN user_id TEXT;
+        ALTER TABLE rpc_clients ADD COLUMN user_id TEXT;
+        CREATE INDEX runs_user ON runs(user_id, started_at_ms);
+        CREATE TABLE blob_grants (
+            user_id TEXT NOT NULL,
+            blob_id BLOB NOT NULL,
+            PRIMARY KEY (user_id, blob_id)
+        )
+        """,
+    )
+
+
 def apply(db, *, stop_before: str | None = None) -> None:
     """Apply pending migrations (those before `stop_before`, if named) to either backend."""
     if db.dialect == "sqlite":

@@ -43,6 +43,10 @@ class RunExists(StoreError):
     """A run with this request id was already claimed."""
 
 
+class ConversationOfAnotherUser(StoreError):
+    """A conversation id that belongs to another user (team server): it is never resumed or read."""
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -117,12 +121,17 @@ class Store:
 
     # ---- blobs ----------------------------------------------------------------------------
 
-    def put_blob(self, expected_id: bytes, data: bytes, refs: Iterable[BlobRef] = ()) -> bool:
+    def put_blob(self, expected_id: bytes, data: bytes, refs: Iterable[BlobRef] = (), *,
+                 user_id: str | None = None) -> bool:
         """Verify SHA-256 and store; True if it was new. Re-putting the same blob is a no-op."""
-        return self.put_blobs([(expected_id, data, tuple(refs))]) == 1
+        return self.put_blobs([(expected_id, data, tuple(refs))], user_id=user_id) == 1
 
-    def put_blobs(self, blobs: Sequence[tuple[bytes, bytes, Sequence[BlobRef]]]) -> int:
-        """Store many blobs in one transaction (hashes are checked first). Returns how many were new."""
+    def put_blobs(self, blobs: Sequence[tuple[bytes, bytes, Sequence[BlobRef]]], *,
+                  user_id: str | None = None) -> int:
+        """Store many blobs in one transaction (hashes are checked first). Returns how many were new.
+
+        Content is shared by hash; `user_id` (a team user) is granted read access to these blobs, and
+        `get_blob(s)` for that user returns only blobs granted to them."""
         for expected, data, _ in blobs:
             actual = blob_id(data)
             if actual != expected:
@@ -143,16 +152,25 @@ class Store:
                             " ON CONFLICT DO NOTHING",
                             [bid, ref.field, ref.ordinal, ref.child],
                         )
+                if user_id is not None:
+                    self.db.execute("INSERT INTO blob_grants(user_id, blob_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                                    [user_id, bid])
         return created
 
-    def get_blob(self, bid: bytes) -> bytes | None:
-        row = self.db.execute("SELECT data FROM blobs WHERE id = ?", [bid]).fetchone()
+    def get_blob(self, bid: bytes, *, user_id: str | None = None) -> bytes | None:
+        """The blob, or None; for a team user only a blob granted to them (put by their runs)."""
+        if user_id is None:
+            row = self.db.execute("SELECT data FROM blobs WHERE id = ?", [bid]).fetchone()
+        else:
+            row = self.db.execute(
+                "SELECT b.data FROM blobs b JOIN blob_grants g ON g.blob_id = b.id WHERE b.id = ? AND g.user_id = ?",
+                [bid, user_id]).fetchone()
         return None if row is None else bytes(row[0])
 
-    def get_blobs(self, ids: Iterable[bytes]) -> dict[bytes, bytes]:
+    def get_blobs(self, ids: Iterable[bytes], *, user_id: str | None = None) -> dict[bytes, bytes]:
         out = {}
         for bid in ids:
-            data = self.get_blob(bid)
+            data = self.get_blob(bid, user_id=user_id)
             if data is not None:
                 out[bid] = data
         return out
@@ -193,6 +211,11 @@ class Store:
             ).fetchone()
             stats.swept, stats.swept_bytes = int(row[0]), int(row[1])
             self.db.execute(
+                "DELETE FROM blob_grants WHERE blob_id IN"
+                " (SELECT id FROM blobs WHERE id NOT IN (SELECT id FROM gc_mark) AND created_at_ms < ?)",
+                [cutoff],
+            )
+            self.db.execute(
                 "DELETE FROM blob_refs WHERE parent IN"
                 " (SELECT id FROM blobs WHERE id NOT IN (SELECT id FROM gc_mark) AND created_at_ms < ?)",
                 [cutoff],
@@ -204,11 +227,12 @@ class Store:
 
     # ---- conversations, runs ----------------------------------------------------------------
 
-    def _ensure_conversation(self, cid: str) -> None:
+    def _ensure_conversation(self, cid: str, user_id: str | None = None) -> None:
         ts = self._now()
         self.db.execute(
-            "INSERT INTO conversations(id, created_at_ms, updated_at_ms) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-            [cid, ts, ts],
+            "INSERT INTO conversations(id, user_id, created_at_ms, updated_at_ms) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT DO NOTHING",
+            [cid, user_id, ts, ts],
         )
 
     def conversation(self, cid: str) -> dict | None:
@@ -224,21 +248,28 @@ class Store:
         model_public_id: str | None = None,
         mode: str | None = None,
         action: str | None = None,
+        user_id: str | None = None,
     ) -> str | None:
         """Make this run the conversation's owner. Returns the request id it displaced (now
-        canceled), if any. A request id can be claimed once."""
+        canceled), if any. A request id can be claimed once. A conversation belongs to the user who
+        began it (`user_id`, None = the single user): any other user's claim raises
+        ConversationOfAnotherUser and changes nothing."""
         ts = self._now()
         with self.db.atomic():
-            self._ensure_conversation(conversation_id)
+            self._ensure_conversation(conversation_id, user_id)
+            previous, owner = self.db.execute(
+                "SELECT active_request_id, user_id FROM conversations WHERE id = ?" + self._for_update(),
+                [conversation_id],
+            ).fetchone()
+            if owner != user_id:
+                raise ConversationOfAnotherUser(
+                    f"conversation {conversation_id} belongs to another user; start a new chat")
             if self.db.execute("SELECT 1 FROM runs WHERE request_id = ?", [request_id]).fetchone():
                 raise RunExists(f"run {request_id} already exists")
-            previous = self.db.execute(
-                "SELECT active_request_id FROM conversations WHERE id = ?" + self._for_update(), [conversation_id]
-            ).fetchone()[0]
             self.db.execute(
                 "INSERT INTO runs(request_id, conversation_id, wire_run_id, model_public_id, mode, action,"
-                " status, started_at_ms) VALUES (?, ?, ?, ?, ?, ?, 'running', ?)",
-                [request_id, conversation_id, wire_run_id, model_public_id, mode, action, ts],
+                " status, started_at_ms, user_id) VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?)",
+                [request_id, conversation_id, wire_run_id, model_public_id, mode, action, ts, user_id],
             )
             self.db.execute(
                 "UPDATE conversations SET active_request_id = ?, updated_at_ms = ? WHERE id = ?",
@@ -589,9 +620,10 @@ class Store:
         with self.db.atomic():
             for row in rows:
                 self.db.execute(
-                    "INSERT INTO rpc_clients(request_id, client_version, user_agent, ts_ms)"
-                    " VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                    [row["request_id"], row.get("client_version"), row.get("user_agent"), row["ts_ms"]])
+                    "INSERT INTO rpc_clients(request_id, client_version, user_agent, ts_ms, user_id)"
+                    " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                    [row["request_id"], row.get("client_version"), row.get("user_agent"), row["ts_ms"],
+                     row.get("user_id")])
 
     FRAME_COLUMNS = ("request_id", "conversation_id", "seq", "direction", "ts_ms", "kind", "flags", "data")
 
@@ -633,6 +665,21 @@ class Store:
             "UPDATE frames SET conversation_id = ? WHERE request_id = ? AND conversation_id IS NULL",
             [conversation_id, request_id],
         )
+
+    def usage_since(self, user_id: str | None, since_ms: int) -> dict[tuple[str | None, str | None], dict[str, int]]:
+        """Tokens of `user_id`'s provider calls in runs started at or after `since_ms`, per (model
+        public id, provider kind): {input, output, cache_read, cache_write}, as the providers reported
+        them (Anthropic reports cache reads and writes apart from input; OpenAI includes them)."""
+        rows = self.db.execute(
+            "SELECT c.model_public_id, c.provider_kind, sum(coalesce(c.input_tokens, 0)),"
+            " sum(coalesce(c.output_tokens, 0)), sum(coalesce(c.cache_read_tokens, 0)),"
+            " sum(coalesce(c.cache_write_tokens, 0))"
+            " FROM llm_calls c JOIN runs r ON r.request_id = c.request_id"
+            " WHERE r.user_id = ? AND r.started_at_ms >= ? GROUP BY c.model_public_id, c.provider_kind",
+            [user_id, since_ms],
+        ).fetchall()
+        return {(r[0], r[1]): {"input": int(r[2]), "output": int(r[3]), "cache_read": int(r[4]),
+                               "cache_write": int(r[5])} for r in rows}
 
     def count(self, table: str) -> int:
         """Rows in one of the store's tables (for tests, doctor and benchmarks)."""

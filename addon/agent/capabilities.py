@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from .budget import Budget
 from .compaction import Compaction
 from .queued import Queue
 from .turn_base import TurnHooks, TurnState
 
 CAPABILITIES: list[Callable[[TurnState], TurnHooks]] = [
+    Budget,  # before a call: a team user over their monthly budget ends the run (first: compaction calls too)
     Compaction,  # before a call: compact a prompt that would not fit; after an overflow: compact once, retry
     Queue,  # before a call: deliver messages sent mid-run; at turn end: run them as the next turn
 ]

@@ -7,6 +7,7 @@
     ├── AckTimeout              a blob SET was not ACKed in time   -> unavailable, ERROR_TIMEOUT
     ├── InternalError           our bug or a store failure         -> internal, ERROR_INTERNAL
     ├── AccessDenied            a client that may not use the user's models -> permission_denied
+    ├── BudgetExceeded          a team user's monthly budget is used up -> resource_exhausted
     └── RunCanceled             cancel / newer run / disconnect    -> canceled (no details)
         └── ShuttingDown        the proxy stops                    -> unavailable, retryable
 
@@ -206,5 +207,20 @@ class AccessDenied(RunError):
             self.code,
             self.message,
             [error_details(_E.ERROR_CUSTOM_MESSAGE, title="cursor-byok: not allowed from this client",
+                           detail=self.message, retryable=False, immediate=True)],
+        )
+
+
+class BudgetExceeded(RunError):
+    """A team user's monthly token or dollar budget is used up (team.py); checked before every
+    provider call, so the run ends before it spends more."""
+
+    code = Code.RESOURCE_EXHAUSTED
+
+    def to_connect(self) -> ConnectError:
+        return ConnectError(
+            self.code,
+            self.message,
+            [error_details(_E.ERROR_CUSTOM_MESSAGE, title="cursor-byok: monthly budget used up",
                            detail=self.message, retryable=False, immediate=True)],
         )

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from byok.proto import agent_pb2 as apb
 from byok.prompt.assets import ModeAssets
-from byok.store import BlobRef, NewMessage, RunExists, StaleRun, StoredMessage
+from byok.store import BlobRef, ConversationOfAnotherUser, NewMessage, RunExists, StaleRun, StoredMessage
 
 from . import actions, capabilities, history, tool_round, user_input
 from .config import ModelRoute
@@ -27,7 +27,7 @@ from .cursor import projection as proj
 from .cursor import request_parts
 from .cursor import updates
 from .cursor.importer import import_checkpoint
-from .errors import AlreadyExists, ConfigError, ProviderError, RunCanceled, RunError
+from .errors import AccessDenied, AlreadyExists, ConfigError, ProviderError, RunCanceled, RunError
 from .model_call import ModelCall
 from .providers.base import Done
 from .run import Run
@@ -58,8 +58,9 @@ class Turn:
     async def __call__(self, run: Run) -> None:
         self.run = run
         request = self.request
-        self.route: ModelRoute = self._route()
+        self.route: ModelRoute = self.svc.team.route_for(run.user, self._route())  # team: allowed? whose key?
         self.route.require_ready()
+        await self.svc.team.check_budget(self.svc.store, run.user, self.svc.clock.wall_ms())
         self.mode: ModeAssets = self._mode()
         self.conversation_id = request.conversation_id or f"byok-{run.request_id}"
         await self._claim()
@@ -147,9 +148,12 @@ class Turn:
                 model_public_id=self.route.public_id,
                 mode=self.mode.name,
                 action=self.request.action.WhichOneof("action"),
+                user_id=run.user,
             )
         except RunExists:
             raise AlreadyExists(f"request {run.request_id} already ran; it is not replayed") from None
+        except ConversationOfAnotherUser as e:
+            raise AccessDenied(str(e)) from None
         self.svc.claim_conversation(run, self.conversation_id)
 
     # ---- base revision ----------------------------------------------------------------------------
@@ -197,7 +201,7 @@ class Turn:
                 ids += [bytes.fromhex(h) for h in m.payload["roots"]]
                 if m.payload.get("open_turn"):
                     ids.append(bytes.fromhex(m.payload["open_turn"]["id"]))
-        return await self.svc.store.get_blobs(ids) if ids else {}
+        return await self.svc.store.get_blobs(ids, user_id=self.run.user) if ids else {}
 
     async def _append_import(self, new: list[NewMessage], base: int | None) -> int | None:
         try:
@@ -294,7 +298,7 @@ class Turn:
         if new:
             await self.svc.store.put_blobs([
                 (bid, data, [BlobRef(f, i, c) for f, i, c in refs.get(bid, ())]) for bid, data in new.items()
-            ])
+            ], user_id=self.run.user)
         await self.run.set_blobs(new)
 
     async def _publish(self, *projections: proj.Projection, revision: int | None = None) -> None:

@@ -55,6 +55,8 @@ class RunSettings:
 @dataclass
 class Run:
     request_id: str
+    user: str | None = None
+    """The proxyauth user whose run_request started it (None: no proxyauth, the single user)."""
     settings: RunSettings = field(default_factory=RunSettings)
     frame_sink: FrameSink | None = None
     on_finished: Callable[["Run", RunError | None], Awaitable[None]] | None = None

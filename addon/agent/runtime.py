@@ -124,7 +124,8 @@ class Runtime:
                 f"timed out after {timeout:g} s waiting for the run_request of request {request_id}"
             ) from None
 
-    def _decide(self, ch: RequestChannel, request: apb.AgentRunRequest, local_allowed: bool) -> Route:
+    def _decide(self, ch: RequestChannel, request: apb.AgentRunRequest, local_allowed: bool,
+                user: str | None = None) -> Route:
         model_id = requested_model_id(request)
         local = not self.observe and not self.closing and bool(model_id) and self.is_user_model(model_id)
         route = Route.UPSTREAM if not local else Route.LOCAL if local_allowed else Route.REFUSED
@@ -132,6 +133,7 @@ class Runtime:
         if local:
             ch.run = Run(
                 ch.request_id,
+                user=user,
                 settings=self.settings,
                 frame_sink=self.frame_sink_for(ch.request_id),
                 on_finished=self._finished,
@@ -153,10 +155,12 @@ class Runtime:
     # ---- appends ---------------------------------------------------------------------------------
 
     def on_append(self, request_id: str, seqno: int, message: apb.AgentClientMessage, raw: bytes, *,
-                  local_allowed: bool = True) -> Route | None:
+                  local_allowed: bool = True, user: str | None = None) -> Route | None:
         """Take one decoded append. Returns the route if known (the caller passes UPSTREAM appends
         on untouched, refuses REFUSED ones, or waits when None). `local_allowed` is False for a
-        client that may not use the user's models: its appends never reach a local run."""
+        client that may not use the user's models: its appends never reach a local run. `user` is
+        the client's proxyauth name: a local run belongs to the user of its run_request, and
+        another user's appends to it are REFUSED."""
         if request_id in self.upstream:
             return Route.UPSTREAM
         if request_id in self.refused:
@@ -167,9 +171,9 @@ class Runtime:
         if not ch.route.done():
             if message.WhichOneof("message") != "run_request":
                 return None
-            self._decide(ch, message.run_request, local_allowed)
+            self._decide(ch, message.run_request, local_allowed, user)
         route = ch.route.result()
-        if route is Route.LOCAL and not local_allowed:
+        if route is Route.LOCAL and (not local_allowed or (ch.run is not None and ch.run.user != user)):
             return Route.REFUSED
         if route is not Route.LOCAL or ch.run is None:
             return route

@@ -25,6 +25,7 @@ from byok.store import AsyncStore, NewMessage, StoredMessage
 from .clock import Clock, Ids
 from .config import ModelRoute
 from .providers.io import StreamLimits
+from .team import Team
 
 if TYPE_CHECKING:
     from byok.proto import agent_pb2 as apb
@@ -54,6 +55,8 @@ class Services:
     claim_conversation: Callable[["Run", str], None] = lambda run, conversation_id: None
     web: Callable[[], "WebTools"] = lambda: _no_web()
     """The web backends as the providers file and options configure them now (web/__init__.py)."""
+    team: Team = field(default_factory=Team)
+    """The team file's answers (users' models, keys, budgets); without one, everyone may do anything."""
 
 
 def _no_web() -> "WebTools":

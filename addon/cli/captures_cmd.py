@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .common import console, default_config, default_db, fail, open_db
+from .common import console, db_arg, default_config, default_db, fail, open_db
 from .output import Column, line, table
 
 
@@ -39,7 +39,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     e = csub.add_parser("export", help="export a request or conversation from the store as a capture")
     e.add_argument("id", help="request id or conversation id")
-    e.add_argument("--db", type=Path, default=None, help="SQLite store (default ~/.cursor-byok/byok.db)")
+    e.add_argument("--db", type=db_arg, default=None,
+                   help="SQLite store or postgresql:// URL (default: ~/.cursor-byok/byok.db)")
     e.add_argument("--out", default="-", help="output file (default: stdout)")
     e.add_argument("--config", type=Path, default=None,
                    help="providers file whose API keys are redacted (default ~/.cursor-byok/providers.toml)")

@@ -35,6 +35,13 @@ def default_db() -> Path:
     return byok_home() / "byok.db"
 
 
+def db_arg(text: str) -> Path | str:
+    """A `--db` value: a SQLite path, or a postgresql:// URL kept as it is."""
+    from byok.store.sql import is_postgres_url
+
+    return text if is_postgres_url(text) else Path(text)
+
+
 def default_config() -> Path:
     return byok_home() / "providers.toml"
 
@@ -53,13 +60,22 @@ def console(stderr: bool = False) -> Console:
 
 
 def open_db(path: Path | str, *, must_exist: bool = True) -> sqlite3.Connection:
-    """The store, migrated (read paths use plain sqlite3 rows by name).
+    """The store, migrated (read paths use plain sqlite3 rows by name). A postgresql:// URL opens the
+    team server's store through pgconn.py, whose connection reads the same way.
 
     Opening through the store's own `connect` applies pending migrations, so a CLI one version ahead
     of the proxy still reads an old file; a missing file is an error unless `must_exist=False`.
     """
     from byok.store import db as dbmod
+    from byok.store.sql import is_postgres_url
 
+    if is_postgres_url(str(path)):  # the team server's store (docs/team.md)
+        from .pgconn import connect
+
+        try:
+            return connect(str(path))
+        except dbmod.DatabaseUnavailable as e:
+            raise FileNotFoundError(str(e)) from None
     path = Path(path).expanduser()
     if must_exist and not path.exists():
         raise FileNotFoundError(f"no database at {path} (the proxy creates it on start; see --db)")

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 from rich.text import Text
 
 from .common import (
-    CA_CERT, CA_KEY, console, default_config, default_confdir, default_db, default_proxy, platform_name, proxy_status,
+    CA_CERT, CA_KEY, console, db_arg, default_config, default_confdir, default_db, default_proxy, platform_name, proxy_status,
 )
 from .output import line
 
@@ -47,7 +47,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "(read-only). Exit status 1 when a check fails.")
     p.add_argument("--confdir", type=Path, default=None, help="mitmproxy confdir holding the CA (default ~/.mitmproxy)")
     p.add_argument("--config", type=Path, default=None, help="providers file (default ~/.cursor-byok/providers.toml)")
-    p.add_argument("--db", type=Path, default=None, help="SQLite store (default ~/.cursor-byok/byok.db)")
+    p.add_argument("--db", type=db_arg, default=None,
+                   help="SQLite store or postgresql:// URL (default: ~/.cursor-byok/byok.db)")
     p.add_argument("--proxy", default=None, help="the proxy's URL (default http://127.0.0.1:8080)")
     p.add_argument("--cursor-settings", type=Path, default=None,
                    help="Cursor's settings.json (default: the per-OS location)")
@@ -198,9 +199,13 @@ def _key_finding(m, served_model: dict | None) -> str:
             "ask the running proxy whether its environment has it (it must be set where mitmdump runs)")
 
 
-def check_db(path: Path) -> tuple[Check, dict]:
+def check_db(path: Path | str) -> tuple[Check, dict]:
+    from byok.store.sql import is_postgres_url, redact_url
+
     facts: dict = {}
-    if not path.exists():
+    server = is_postgres_url(str(path))
+    shown = redact_url(str(path)) if server else path
+    if not server and not path.exists():
         return Check("database", "warn", f"{path} does not exist yet", [
             "the proxy creates it on start: start it, or pass --db with the path given to `--set byok_db=...`"]), facts
     try:
@@ -213,9 +218,12 @@ def check_db(path: Path) -> tuple[Check, dict]:
         facts["last_run_ms"] = conn.execute("SELECT max(started_at_ms) FROM runs").fetchone()[0]
         conn.close()
     except Exception as e:
+        if server:
+            return Check("database", "fail", f"{shown}: {e}", [
+                "is the server up and the URL right (user, password, database, ?sslmode)? docs/team.md"]), facts
         return Check("database", "fail", f"{path} cannot be opened or migrated: {e}", [
             "is it a cursor-byok database? move it aside; the proxy creates a new one"]), facts
-    return Check("database", "ok", f"{path}: {facts['runs']} runs, {facts['llm_calls']} provider calls, "
+    return Check("database", "ok", f"{shown}: {facts['runs']} runs, {facts['llm_calls']} provider calls, "
                  f"{facts['frames']} frames"), facts
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .common import console, default_db, fail, iso_ms, open_db
+from .common import console, db_arg, default_db, fail, iso_ms, open_db
 from .output import Column, emit_json, line, table
 
 WIRE_TYPES = {0: "varint", 1: "i64", 2: "len", 3: "sgroup", 4: "egroup", 5: "i32"}
@@ -23,7 +23,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="Report every unknown field and unknown oneof branch seen in recorded agent "
                                    "frames (both directions, every mode): message path, field number, wire type, "
                                    "client version, count, first/last seen and an example request id.")
-    p.add_argument("--db", type=Path, default=None, help="SQLite store (default: ~/.cursor-byok/byok.db)")
+    p.add_argument("--db", type=db_arg, default=None,
+                   help="SQLite store or postgresql:// URL (default: ~/.cursor-byok/byok.db)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON document")
     p.set_defaults(func=run)
 

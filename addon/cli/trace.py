@@ -20,7 +20,7 @@ from rich.text import Text
 
 from byok.agent.pricing import usd
 
-from .common import console, default_config, default_db, fail, iso_ms, open_db
+from .common import console, db_arg, default_config, default_db, fail, iso_ms, open_db
 from .output import Column, emit_json, facts, heading, line, styled, table
 
 STATUS_STYLE = {"completed": "green", "ok": "green", "running": "yellow", "failed": "red", "error": "red",
@@ -34,9 +34,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "id, or a unique prefix) and print what happened: run status, provider calls with timings "
                     "and errors, tool calls with results, frames.")
     p.add_argument("id", help="any id cursor-byok logs or stores")
-    p.add_argument("--db", type=Path, default=None, help="SQLite store (default: ~/.cursor-byok/byok.db)")
+    p.add_argument("--db", type=db_arg, default=None,
+                   help="SQLite store or postgresql:// URL (default: ~/.cursor-byok/byok.db)")
     p.add_argument("--frames", choices=("none", "summary", "all"), default=None,
                    help="frames per run: counts per kind (default), every frame, or none")
+    p.add_argument("--user", default=None, metavar="NAME",
+                   help="only what belongs to this proxyauth user (team server): another user's id is not found")
     p.add_argument("--json", action="store_true", help="print the story as one JSON document")
     p.add_argument("--config", type=Path, default=None,
                    help="providers file with the models' prices, for each call's cost "
@@ -79,8 +82,9 @@ def find(conn: sqlite3.Connection, ident: str, *, prefixes: bool = True) -> Foun
              [ident]).fetchall()
     if rows:
         return Found("conversation", ident, [r[0] for r in rows], ident)
-    rows = q("SELECT DISTINCT request_id, conversation_id FROM messages WHERE request_id IS NOT NULL"
-             " AND instr(payload, ?) > 0 ORDER BY id", [json.dumps(ident)]).fetchall()
+    rows = q("SELECT request_id, conversation_id FROM messages WHERE request_id IS NOT NULL"
+             " AND instr(payload, ?) > 0 GROUP BY request_id, conversation_id ORDER BY min(id)",
+             [json.dumps(ident)]).fetchall()
     if rows:
         return Found("message", ident, [r[0] for r in rows], rows[0][1])
     if prefixes and len(ident) >= 4:
@@ -93,6 +97,24 @@ def find(conn: sqlite3.Connection, ident: str, *, prefixes: bool = True) -> Foun
     return None
 
 
+def owners(conn, request_ids: list[str]) -> set[str | None]:
+    """The proxyauth users of these requests: their runs, or for requests passed upstream the client
+    that sent them (None: no proxyauth user)."""
+    users: set[str | None] = set()
+    for request_id in request_ids:
+        row = conn.execute("SELECT user_id FROM runs WHERE request_id = ?", [request_id]).fetchone()
+        if row is None:
+            row = conn.execute("SELECT user_id FROM rpc_clients WHERE request_id = ?", [request_id]).fetchone()
+        users.add(row[0] if row is not None else None)
+    return users
+
+
+def _shown(db) -> str:
+    from byok.store.sql import is_postgres_url, redact_url
+
+    return redact_url(db) if is_postgres_url(str(db)) else str(db)
+
+
 def run(args: argparse.Namespace) -> int:
     db = args.db or default_db()
     try:
@@ -100,9 +122,11 @@ def run(args: argparse.Namespace) -> int:
     except FileNotFoundError as e:
         return fail(str(e))
     found = find(conn, args.id)
+    if found is not None and args.user is not None and owners(conn, found.request_ids) != {args.user}:
+        found = None  # another user's (or nobody's): as if it did not exist
     if found is None:
         message = (f"{args.id!r} is not a request, conversation, model call, tool call or tool round id "
-                   f"in {db}")
+                   f"in {_shown(db)}" + (f" of user {args.user}" if args.user is not None else ""))
         if args.json:
             emit_json({"error": message})
         else:

@@ -15,7 +15,7 @@ from datetime import date
 from decimal import Decimal
 from pathlib import Path
 
-from .common import console, default_config, default_db, fail, open_db
+from .common import console, db_arg, default_config, default_db, fail, open_db
 from .output import Column, emit_json, line, table
 
 TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
@@ -27,11 +27,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="Tokens and cost per model and day from llm_calls: input, output, cache "
                                    "read/write, reasoning, calls, failed calls and USD from the prices in the "
                                    "providers file. Days are UTC.")
-    p.add_argument("--db", type=Path, default=None, help="SQLite store (default: ~/.cursor-byok/byok.db)")
+    p.add_argument("--db", type=db_arg, default=None,
+                   help="SQLite store or postgresql:// URL (default: ~/.cursor-byok/byok.db)")
     p.add_argument("--config", type=Path, default=None,
                    help="providers file with the models' prices (default: ~/.cursor-byok/providers.toml)")
     p.add_argument("--since", type=_day, default=None, metavar="YYYY-MM-DD", help="first day to include")
     p.add_argument("--until", type=_day, default=None, metavar="YYYY-MM-DD", help="last day to include")
+    p.add_argument("--by", choices=("model", "user"), default="model",
+                   help="rows per day and model (default) or per day and proxyauth user (team server)")
     p.add_argument("--json", action="store_true", help="print the rows and totals as one JSON document")
     p.add_argument("--plot", "--png", dest="plot", type=Path, default=None, metavar="FILE.png",
                    help="also draw tokens and cost per day and model into a PNG (needs matplotlib: "
@@ -64,28 +67,47 @@ class Row:
 
 
 def usage_rows(conn: sqlite3.Connection, since: date | None = None, until: date | None = None,
-               prices: dict | None = None) -> list[Row]:
-    """Per (day, model) sums; `prices` = public id -> Prices fills `cost`."""
+               prices: dict | None = None, *, by: str = "model") -> list[Row]:
+    """Per (day, model) sums; `prices` = public id -> Prices fills `cost`. With `by="user"` per
+    (day, proxyauth user of the run), '-' for runs without one (the single user): `Row.model` then
+    holds the user name, and the cost is None when any of the user's models has no prices."""
     from byok.agent.pricing import cost
 
-    sums = ", ".join(f"coalesce(sum({f}), 0)" for f in TOKEN_FIELDS)
-    sql = (f"SELECT substr(started_at, 1, 10) AS day, coalesce(provider, '?') || '/' || coalesce(model, '?'),"
-           f" count(*), sum(status = 'error'), {sums}, model_public_id, provider_kind FROM llm_calls WHERE 1=1")
+    sums = ", ".join(f"coalesce(sum(c.{f}), 0)" for f in TOKEN_FIELDS)
+    key = ("coalesce(r.user_id, '-')" if by == "user"
+           else "coalesce(c.provider, '?') || '/' || coalesce(c.model, '?')")
+    sql = (f"SELECT substr(c.started_at, 1, 10) AS day, {key}, count(*),"
+           f" sum(CASE WHEN c.status = 'error' THEN 1 ELSE 0 END), {sums}, c.model_public_id, c.provider_kind"
+           " FROM llm_calls c LEFT JOIN runs r ON r.request_id = c.request_id WHERE 1=1")
     params: list = []
     if since:
-        sql += " AND substr(started_at, 1, 10) >= ?"
+        sql += " AND substr(c.started_at, 1, 10) >= ?"
         params.append(since.isoformat())
     if until:
-        sql += " AND substr(started_at, 1, 10) <= ?"
+        sql += " AND substr(c.started_at, 1, 10) <= ?"
         params.append(until.isoformat())
-    sql += " GROUP BY 1, 2, model_public_id, provider_kind ORDER BY 1, 2"
+    sql += " GROUP BY 1, 2, c.model_public_id, c.provider_kind ORDER BY 1, 2"
     rows = [Row(*row) for row in conn.execute(sql, params).fetchall()]
     for r in rows:
         model_prices = (prices or {}).get(r.model_public_id)
         if model_prices is not None:
             r.cost = cost(model_prices, r.provider_kind, input_tokens=r.input_tokens, output_tokens=r.output_tokens,
                           cache_read_tokens=r.cache_read_tokens, cache_write_tokens=r.cache_write_tokens)
-    return rows
+    return rows if by == "model" else _per_key(rows)
+
+
+def _per_key(rows: list[Row]) -> list[Row]:
+    """Rows of one (day, key) over several models summed into one (cost None if any part is unpriced)."""
+    merged: dict[tuple[str, str], Row] = {}
+    for r in rows:
+        into = merged.get((r.day, r.model))
+        if into is None:
+            merged[(r.day, r.model)] = Row(r.day, r.model, *(getattr(r, f) for f in COUNT_FIELDS), cost=r.cost)
+            continue
+        for f in COUNT_FIELDS:
+            setattr(into, f, getattr(into, f) + getattr(r, f))
+        into.cost = None if into.cost is None or r.cost is None else into.cost + r.cost
+    return list(merged.values())
 
 
 def load_prices(path: Path) -> tuple[dict, dict, str | None]:
@@ -108,10 +130,11 @@ def run(args: argparse.Namespace) -> int:
     except FileNotFoundError as e:
         return fail(str(e))
     prices, prices_json, prices_error = load_prices(args.config or default_config())
-    rows = usage_rows(conn, args.since, args.until, prices)
+    rows = usage_rows(conn, args.since, args.until, prices, by=args.by)
     totals: dict = {f: sum(getattr(r, f) for r in rows) for f in COUNT_FIELDS}
     total_cost = sum((r.cost for r in rows if r.cost is not None), Decimal(0))
-    unpriced = sorted({r.model for r in rows if r.cost is None})
+    per_model = rows if args.by == "model" else usage_rows(conn, args.since, args.until, prices)
+    unpriced = sorted({r.model for r in per_model if r.cost is None})
     if args.json:
         out_rows = []
         for r in rows:
@@ -119,8 +142,11 @@ def run(args: argparse.Namespace) -> int:
             item["cost_usd"] = None if r.cost is None else float(r.cost)
             item["prices"] = prices_json.get(r.model_public_id)
             del item["cost"]
+            if args.by == "user":
+                item = {"day": item.pop("day"), "user": item.pop("model"),
+                        **{k: v for k, v in item.items() if k not in ("model_public_id", "provider_kind", "prices")}}
             out_rows.append(item)
-        emit_json({"days": "UTC", "rows": out_rows,
+        emit_json({"days": "UTC", "by": args.by, "rows": out_rows,
                    "totals": {**totals, "cost_usd": float(total_cost), "cost_complete": not unpriced},
                    "unpriced_models": unpriced, "prices_error": prices_error})
     elif not rows:
@@ -128,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     else:
         out = console()
-        print_table(out, rows, totals, total_cost, unpriced)
+        print_table(out, rows, totals, total_cost, unpriced, by=args.by)
         if unpriced:
             line(out, ("prices not configured for " + ", ".join(unpriced) + ": tokens only", "yellow"),
                  " (add prices = { input = ..., output = ..., cache_read = ..., cache_write = ... } in USD per "
@@ -145,15 +171,16 @@ COUNT_FIELDS = ("calls", "errors", *TOKEN_FIELDS)
 HEADERS = ("calls", "failed", "input", "output", "cache read", "cache write", "reasoning")
 
 
-def print_table(out, rows: list[Row], totals: dict, total_cost: Decimal, unpriced: list[str]) -> None:
+def print_table(out, rows: list[Row], totals: dict, total_cost: Decimal, unpriced: list[str], *,
+                by: str = "model") -> None:
     from byok.agent.pricing import usd
 
-    columns = [Column("day", in_records=False), Column("model", in_records=False),
+    columns = [Column("day", in_records=False), Column(by, in_records=False),
                *(Column(h, "right") for h in HEADERS), Column("cost", "right")]
     cells = [[r.day, r.model, *(f"{getattr(r, f):,}" for f in COUNT_FIELDS),
               usd(r.cost) if r.cost is not None else "no prices"] for r in rows]
     total = usd(total_cost) + (" + unpriced" if unpriced else "")
-    table(out, "tokens and cost per model and day (UTC)", columns, cells,
+    table(out, f"tokens and cost per {by} and day (UTC)", columns, cells,
           record_title=lambda i, row: f"{row[0]}  {row[1]}",
           footer=["total", "", *(f"{totals[f]:,}" for f in COUNT_FIELDS), total])
 

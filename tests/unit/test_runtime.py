@@ -277,3 +277,20 @@ def test_the_stream_server_never_answers_a_runsse_without_an_end_stream():
         assert head.startswith(b"HTTP/1.1 200 ") and b"application/connect+proto" in head
         [frame] = connect.decode_all(body)
         assert frame.end_stream and connect.parse_end_stream(frame.payload).code.value == code
+
+
+def test_a_local_run_belongs_to_the_user_of_its_run_request():
+    async def scenario():
+        rt = make_runtime([])
+        assert rt.on_append("a", 0, run_request("mine"), b"", user="alice") is Route.LOCAL
+        assert rt.run("a").user == "alice"
+        inbox = rt.channels["a"].inbox
+        assert inbox.next_seqno == 1
+        assert rt.on_append("a", 1, HEARTBEAT, b"", user="bob") is Route.REFUSED
+        assert rt.on_append("a", 1, HEARTBEAT, b"", user=None) is Route.REFUSED
+        assert inbox.next_seqno == 1  # nothing of bob's reached alice's run, not even its seqno
+        assert rt.on_append("a", 1, HEARTBEAT, b"", user="alice") is Route.LOCAL
+        assert inbox.next_seqno == 2
+        await rt.shutdown(timeout=1)
+
+    asyncio.run(scenario())

@@ -24,8 +24,9 @@ from .projection import roots_digest
 
 
 async def fetch_blobs(run, store, ids: Sequence[bytes], kind: str) -> dict[bytes, bytes]:
-    """Blobs by id: from the store when held, else KV GET from the client (then stored)."""
-    have = await store.get_blobs(ids)
+    """Blobs by id: from the store when held (for a team user: held for them), else KV GET from the
+    client (then stored). Another user's blob ids therefore come only from this client, if it has them."""
+    have = await store.get_blobs(ids, user_id=run.user)
     missing = [bid for bid in dict.fromkeys(ids) if bid not in have]
     fetched = []
     for bid in missing:
@@ -33,7 +34,7 @@ async def fetch_blobs(run, store, ids: Sequence[bytes], kind: str) -> dict[bytes
         fetched.append((bid, data, ()))
         have[bid] = data
     if fetched:
-        await store.put_blobs(fetched)
+        await store.put_blobs(fetched, user_id=run.user)
     return have
 
 

@@ -36,10 +36,10 @@ async def blob(turn, blob_id: bytes, kind: str, length: int | None = None) -> by
     elif blob_id in turn.prefetched:
         data = turn.prefetched[blob_id]
     else:
-        data = await turn.svc.store.get_blob(blob_id)
+        data = await turn.svc.store.get_blob(blob_id, user_id=turn.run.user)  # a team user reads only theirs
         if data is None:
             data = await turn.run.get_blob(blob_id, kind, length)  # checks hash and length
-            await turn.svc.store.put_blob(blob_id, data)
+            await turn.svc.store.put_blob(blob_id, data, user_id=turn.run.user)
     if hashlib.sha256(data).digest() != blob_id:
         raise ProtocolError(f"Blob hash mismatch for {kind} blob {blob_id.hex()}")
     if length is not None and len(data) != length:

@@ -18,14 +18,16 @@ class FakeStore:
     def __init__(self, blobs=None):
         self.blobs = dict(blobs or {})
 
-    async def get_blob(self, blob_id):
+    async def get_blob(self, blob_id, *, user_id=None):
         return self.blobs.get(blob_id)
 
-    async def put_blob(self, blob_id, data):
+    async def put_blob(self, blob_id, data, *, user_id=None):
         self.blobs[blob_id] = data
 
 
 class FakeRun:
+    user = None
+
     def __init__(self, client_blobs):
         self.client_blobs = client_blobs
         self.gets = []

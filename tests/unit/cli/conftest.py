@@ -20,5 +20,6 @@ def isolated_home(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def built(tmp_path, isolated_home) -> Built:
-    return build_store(tmp_path / "byok.db", isolated_home)
+def built(db_target, isolated_home) -> Built:
+    """The store on each backend: a SQLite file, and a PostgreSQL schema (`--db postgresql://...`)."""
+    return build_store(db_target, isolated_home)

@@ -329,3 +329,48 @@ def test_queued_inputs_keep_arrival_order_and_their_fate(store):
     assert store.queue_input("c", "inj-b", "r2", b"again", 13) == "cancelled"  # never revived
     assert [(r["injection_id"], r["revision_id"]) for r in store.queued_inputs("c")] == [("user-message:a", revision)]
     assert store.queued_inputs("c", ("queued",)) == [] and store.queued_inputs("other") == []
+
+
+# ---- users (the team server) --------------------------------------------------------------------------
+
+
+def test_a_conversation_belongs_to_the_user_who_began_it(store):
+    from byok.store import ConversationOfAnotherUser
+
+    store.claim_run("a1", "c", user_id="alice")
+    base = store.append("c", None, [msg("alice's secret")], fence_request_id="a1")
+    with pytest.raises(ConversationOfAnotherUser):
+        store.claim_run("b1", "c", user_id="bob")
+    with pytest.raises(ConversationOfAnotherUser):
+        store.claim_run("n1", "c")  # nor the unauthenticated single user
+    assert store.run("b1") is None and store.conversation("c")["active_request_id"] == "a1"
+    assert store.append("c", base, [msg("more")], fence_request_id="a1") is not None  # alice's run untouched
+    assert store.run("a1")["user_id"] == "alice" and store.conversation("c")["user_id"] == "alice"
+    assert store.claim_run("a2", "c", user_id="alice") == "a1"
+
+
+def test_blobs_are_shared_by_hash_but_read_per_user(store):
+    secret, common = b"alice's history", b"the same bytes"
+    store.put_blob(blob_id(secret), secret, user_id="alice")
+    store.put_blob(blob_id(common), common, user_id="alice")
+    assert store.put_blob(blob_id(common), common, user_id="bob") is False  # stored once
+    assert store.get_blob(blob_id(secret), user_id="alice") == secret
+    assert store.get_blob(blob_id(secret), user_id="bob") is None
+    assert store.get_blobs([blob_id(secret), blob_id(common)], user_id="bob") == {blob_id(common): common}
+    assert store.get_blob(blob_id(secret)) == secret  # no user: the single-user store sees everything
+    assert store.count("blobs") == 2
+
+
+def test_usage_since_sums_one_users_calls_per_model(store):
+    store.clock_ms = lambda: 5_000
+    for rid, user in (("r-a", "alice"), ("r-b", "bob")):
+        store.claim_run(rid, f"c-{rid}", user_id=user, model_public_id="m1")
+        for i in range(2):
+            call = store.begin_llm_call({"request_id": rid, "conversation_id": f"c-{rid}", "call_index": i,
+                                         "model_public_id": "m1", "started_at": "2030-01-01T00:00:00Z"})
+            store.finish_llm_call(call, {"status": "ok", "input_tokens": 100, "output_tokens": 10,
+                                         "cache_read_tokens": None})
+    assert store.usage_since("alice", 0) == {
+        ("m1", None): {"input": 200, "output": 20, "cache_read": 0, "cache_write": 0}}
+    assert store.usage_since("alice", 6_000) == {}
+    assert store.usage_since("carol", 0) == {}
