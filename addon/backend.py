@@ -68,7 +68,7 @@ class Backend:
             # eager makes an unreachable upstream 502 every CONNECT, even calls we answer locally
             ctx.options.update(connection_strategy="lazy")
         prompts = load_assets()  # a broken asset stops start-up with a message naming the file
-        self.team = Team(TeamFile(settings.team)) if settings.team else Team()
+        self.team = Team(TeamFile(settings.team), prices_of=self._prices_of) if settings.team else Team()
         if self.team.enabled and not ctx.options.proxyauth:
             log.error("byok_team is set but proxyauth is not: no client has a user name, so every local run "
                       "is refused (docs/team.md)")
@@ -312,6 +312,10 @@ class Backend:
         flow.metadata["byok_target"] = (flow.request.scheme, flow.request.host, flow.request.port)
         flow.request.headers[RUN_HEADER] = request_id
         flow.request.scheme, flow.request.host, flow.request.port = "http", "127.0.0.1", self.server.port
+
+    def _prices_of(self, public_id: str | None):
+        route = self.providers.lookup(public_id) if public_id else None
+        return None if route is None else route.prices
 
     def routes_for_flow(self, flow: http.HTTPFlow, routes):
         """The models this flow's user may use (model lists): all of them without a team file."""

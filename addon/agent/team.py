@@ -27,13 +27,14 @@ import logging
 import os
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from .config import ConfigFileError, ModelRoute
-from .errors import AccessDenied, BudgetExceeded
+from .errors import AccessDenied, BudgetExceeded, ConfigError
 
 log = logging.getLogger("byok.team")
 
@@ -257,8 +258,11 @@ class Team:
     """The turn's questions to the team file: may this user use this model, with whose key, and is
     their monthly budget left. Without a team file (the single-user default) every answer is yes."""
 
-    def __init__(self, file: TeamFile | None = None) -> None:
+    def __init__(self, file: TeamFile | None = None, prices_of: Callable[[str | None], Any] = lambda public_id: None,
+                 ) -> None:
         self.file = file if file is not None and file.enabled else None
+        self.prices_of = prices_of
+        """public model id -> its `prices` in the providers file as it is now (pricing.Prices) or None."""
 
     @property
     def enabled(self) -> bool:
@@ -279,6 +283,9 @@ class Team:
         if not policy.allows(route):
             raise AccessDenied(f"user {user} may not use model {route.model_id} ({route.public_id}); "
                                f"their models are {', '.join(policy.models) or 'none'} ({policy.source})")
+        if policy.monthly_usd is not None and route.prices is None:
+            raise ConfigError(f"user {user} has a dollar budget (monthly_usd, {policy.source}) but model "
+                              f"{route.model_id} ({route.public_id}) has no prices in the providers file")
         return policy.route_for(route)
 
     async def check_budget(self, store, user: str | None, now_ms: int) -> None:
@@ -301,5 +308,14 @@ class Team:
                     f"({policy.source}); the budget resets on {resets} UTC")
 
     def dollars(self, usage: dict) -> float:
-        """Cost of per-model token sums at the models' configured prices (none configured: $0)."""
-        return 0.0
+        """Cost of per-model token sums at the models' prices as configured now (pricing.py's formula
+        per dialect). A model that has no prices any more adds nothing."""
+        from .pricing import cost
+
+        total = 0.0
+        for (public_id, kind), u in usage.items():
+            prices = self.prices_of(public_id)
+            if prices is not None:
+                total += float(cost(prices, kind, input_tokens=u["input"], output_tokens=u["output"],
+                                    cache_read_tokens=u["cache_read"], cache_write_tokens=u["cache_write"]))
+        return total

@@ -34,7 +34,7 @@ def test_usage_by_user(db_target, capsys):
         ("-", 1, 1), ("alice", 2, 150), ("bob", 1, 7)]
     assert main(["usage", "--db", db_target, "--by", "user"]) == 0
     out = capsys.readouterr().out
-    assert "tokens per user and day" in out and "alice" in out and "bob" in out
+    assert "tokens and cost per user and day" in out and "alice" in out and "bob" in out
 
 
 def test_trace_user_sees_only_their_own(db_target, capsys):

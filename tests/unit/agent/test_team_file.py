@@ -110,3 +110,24 @@ def test_a_bad_edit_keeps_the_last_good_team(tmp_path):
     assert file.policy("x").models == ("claude-*",)
     path.write_text('[defaults]\nmodels = 3\n')
     assert file.policy("x").models == ("claude-*",) and "models must be a list" in str(file.last_error)
+
+
+def test_a_dollar_budget_uses_the_models_prices(tmp_path):
+    from decimal import Decimal
+
+    from byok.agent.errors import ConfigError
+    from byok.agent.pricing import Prices
+
+    path = tmp_path / "team.toml"
+    path.write_text('[defaults]\nmonthly_usd = 4.5\n')
+    prices = Prices(input=Decimal(3), output=Decimal(15))
+    team = Team(TeamFile(path), prices_of=lambda public_id: prices if public_id == "abcd1234" else None)
+    used = {("abcd1234", "anthropic"): {"input": 1_000_000, "output": 99_000, "cache_read": 0, "cache_write": 0}}
+    asyncio.run(team.check_budget(UsageStore(used), "alice", 0))  # $3 + $1.485
+    used[("abcd1234", "anthropic")]["output"] = 100_000  # $4.50: used up
+    with pytest.raises(BudgetExceeded, match=r"alice has used \$4.50 of \$4.50 this month"):
+        asyncio.run(team.check_budget(UsageStore(used), "alice", 0))
+    with pytest.raises(ConfigError, match="has no prices"):
+        team.route_for("alice", ROUTE)  # ROUTE has no prices: the dollar budget could not be kept
+    import dataclasses
+    assert team.route_for("alice", dataclasses.replace(ROUTE, prices=prices)).model_id == "claude-x"
