@@ -14,4 +14,4 @@ class Budget(TurnHooks):
         pass
 
     async def before_model_call(self, turn: TurnState) -> None:
-        await turn.svc.team.check_budget(turn.svc.store, turn.run.user, turn.svc.clock.wall_ms())
+        await turn.svc.team.check_budget(turn.svc.store, turn.run.user, turn.svc.clock.wall_ms)

@@ -60,7 +60,7 @@ class Turn:
         request = self.request
         self.route: ModelRoute = self.svc.team.route_for(run.user, self._route())  # team: allowed? whose key?
         self.route.require_ready()
-        await self.svc.team.check_budget(self.svc.store, run.user, self.svc.clock.wall_ms())
+        await self.svc.team.check_budget(self.svc.store, run.user, self.svc.clock.wall_ms)
         self.mode: ModeAssets = self._mode()
         self.conversation_id = request.conversation_id or f"byok-{run.request_id}"
         await self._claim()

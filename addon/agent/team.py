@@ -288,11 +288,13 @@ class Team:
                               f"{route.model_id} ({route.public_id}) has no prices in the providers file")
         return policy.route_for(route)
 
-    async def check_budget(self, store, user: str | None, now_ms: int) -> None:
-        """Raise BudgetExceeded when `user` has used their monthly budget (before a provider call)."""
+    async def check_budget(self, store, user: str | None, now_ms: Callable[[], int]) -> None:
+        """Raise BudgetExceeded when `user` has used their monthly budget (before a provider call).
+        `now_ms` is read only when there is a budget (a test clock counts its reads)."""
         policy = self.policy(user)
         if policy is None or not policy.has_budget:
             return
+        now_ms = now_ms()
         usage = await store.usage_since(user, month_start_ms(now_ms))
         tokens = sum(used_tokens(kind, u) for (_, kind), u in usage.items())
         resets = next_month_start(now_ms)

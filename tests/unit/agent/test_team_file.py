@@ -87,16 +87,16 @@ def test_budget_counts_prompt_and_output_and_names_the_reset_day(tmp_path):
     team = Team(TeamFile(path))
     now = 1_767_312_000_000  # 2026-01-02
     under = UsageStore({("m", "openai_chat"): {"input": 900, "output": 99, "cache_read": 500, "cache_write": 0}})
-    asyncio.run(team.check_budget(under, "alice", now))  # OpenAI counts cached tokens inside input
+    asyncio.run(team.check_budget(under, "alice", lambda: now))  # OpenAI counts cached tokens inside input
     over = UsageStore({("m", "anthropic"): {"input": 400, "output": 99, "cache_read": 500, "cache_write": 1}})
     with pytest.raises(BudgetExceeded, match=r"alice has used 1,000 of 1,000 tokens .* resets on 2026-02-01"):
-        asyncio.run(team.check_budget(over, "alice", now))
+        asyncio.run(team.check_budget(over, "alice", lambda: now))
     assert month_start_ms(now) == 1_767_225_600_000 and next_month_start(1_798_761_600_000 - 1) == "2027-01-01"
 
 
 def test_without_a_team_file_everything_is_allowed_and_with_one_a_user_is_required(tmp_path):
     assert Team().route_for(None, ROUTE) is ROUTE
-    asyncio.run(Team().check_budget(UsageStore({}), None, 0))
+    asyncio.run(Team().check_budget(UsageStore({}), None, lambda: 0))
     path = tmp_path / "team.toml"
     path.write_text("")
     with pytest.raises(AccessDenied, match="proxyauth"):
@@ -123,10 +123,10 @@ def test_a_dollar_budget_uses_the_models_prices(tmp_path):
     prices = Prices(input=Decimal(3), output=Decimal(15))
     team = Team(TeamFile(path), prices_of=lambda public_id: prices if public_id == "abcd1234" else None)
     used = {("abcd1234", "anthropic"): {"input": 1_000_000, "output": 99_000, "cache_read": 0, "cache_write": 0}}
-    asyncio.run(team.check_budget(UsageStore(used), "alice", 0))  # $3 + $1.485
+    asyncio.run(team.check_budget(UsageStore(used), "alice", lambda: 0))  # $3 + $1.485
     used[("abcd1234", "anthropic")]["output"] = 100_000  # $4.50: used up
     with pytest.raises(BudgetExceeded, match=r"alice has used \$4.50 of \$4.50 this month"):
-        asyncio.run(team.check_budget(UsageStore(used), "alice", 0))
+        asyncio.run(team.check_budget(UsageStore(used), "alice", lambda: 0))
     with pytest.raises(ConfigError, match="has no prices"):
         team.route_for("alice", ROUTE)  # ROUTE has no prices: the dollar budget could not be kept
     import dataclasses
