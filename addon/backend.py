@@ -235,7 +235,7 @@ class Backend:
         self.runs.expect(PendingRun(
             token, request_id, authority=request.authority or request.pretty_host, path=request.path,
             headers=relay_headers(list(request.headers.items(multi=True))), relay=self._relay_target(flow),
-            refusal=None if self._allowed(flow) else self.access.refusal(flow),
+            refusal=None if self._allowed(flow) else self.access.refusal(flow), user=authenticated_user(flow),
         ))
         flow.metadata["byok"] = "run"
         flow.metadata["byok_target"] = (request.scheme, request.host, request.port)

@@ -79,6 +79,8 @@ class PendingRun:
     """None: this listener's mode cannot relay (the Cursor-model run fails `unavailable`)."""
     refusal: str | None = None
     """Why this client may not run on the user's models (access.py), or None when it may."""
+    user: str | None = None
+    """The client's proxyauth user name: the run is theirs (team server)."""
     created: float = field(default_factory=time.monotonic)
 
 
@@ -158,10 +160,11 @@ class RunTransport:
             log.warning("[%s] Run rejected: %s", rid, e)
             await _answer_error(response, e)
             return
-        route = self.runtime.on_append(rid, 0, *first, local_allowed=pending.refusal is None)
+        route = self.runtime.on_append(rid, 0, *first, local_allowed=pending.refusal is None, user=pending.user)
         if route is Route.REFUSED:
             log.warning("[%s] refused: %s", rid, pending.refusal)
-            await _answer_error(response, AccessDenied(pending.refusal or "not allowed").to_connect())
+            await _answer_error(response, AccessDenied(
+                pending.refusal or f"request {rid} belongs to another user").to_connect())
             return
         if route is Route.UPSTREAM:
             await self._relay(pending, bytes(prefix), body, response)
@@ -179,7 +182,7 @@ class RunTransport:
             return
         response.start(200, [("content-type", CONNECT_PROTO)])
         run.attach_stream()
-        inbound = asyncio.get_running_loop().create_task(self._pump_in(rid, decoder, rest, body),
+        inbound = asyncio.get_running_loop().create_task(self._pump_in(pending, rid, decoder, rest, body),
                                                          name=f"run-in {rid}")
         try:
             async for chunk in run.frames():
@@ -194,7 +197,7 @@ class RunTransport:
                      REQUEST_END_GRACE_S)
             inbound.cancel()
 
-    async def _pump_in(self, rid: str, decoder: connect.EnvelopeDecoder, rest: list[connect.Frame],
+    async def _pump_in(self, pending: PendingRun, rid: str, decoder: connect.EnvelopeDecoder, rest: list[connect.Frame],
                        body: ChunkedBody) -> None:
         seq = 1
         try:
@@ -202,7 +205,7 @@ class RunTransport:
             while True:
                 for frame in frames:
                     message = _client_message(frame)
-                    self.runtime.on_append(rid, seq, message, frame.payload)
+                    self.runtime.on_append(rid, seq, message, frame.payload, user=pending.user)
                     seq += 1
                 try:
                     chunk = await body.__anext__()
