@@ -158,3 +158,10 @@ def test_prefix_property_across_appends(first, second):
     assert tb[: len(ta)] == ta
     again = proj.project(b, CTX)
     assert again.state_bytes() == pb.state_bytes()
+
+
+@given(st.text())
+def test_estimate_tokens_follows_the_per_character_rule(text):
+    ascii_chars = sum(1 for ch in text if ord(ch) < 128)
+    units = sum(2 if ord(ch) > 0xFFFF else 1 for ch in text)
+    assert proj.estimate_tokens(text) == (round(ascii_chars * 0.273 + (units - ascii_chars) * 0.55), units)

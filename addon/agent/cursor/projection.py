@@ -297,7 +297,7 @@ def _turn_blob(turn: _Turn) -> bytes:
 
 def estimate_tokens(text: str) -> tuple[int, int]:
     """(estimated tokens, UTF-16 code units): 0.273 per ASCII char, 0.55 per other code unit."""
-    ascii_chars = sum(1 for ch in text if ord(ch) < 128)
+    ascii_chars = len(text.encode("ascii", "ignore"))  # counted in C: a Python loop cost ~10 ms per 40k chars
     units = len(text.encode("utf-16-le")) // 2
     return round(ascii_chars * 0.273 + (units - ascii_chars) * 0.55), units
 
