@@ -88,6 +88,8 @@ class ModelRoute:
     thinking_budget_tokens: int | None = None
     extra_body: dict | None = None
     extra_headers: dict | None = field(default=None, repr=False)
+    prompt_cache_key: bool = False
+    """OpenAI kinds: send the conversation id as `prompt_cache_key` (per provider, opt-in)."""
     supports_images: bool = False
     supports_thinking: bool = False
     compact_at: float = 0.8
@@ -169,7 +171,7 @@ class ConfigFileError(ValueError):
 # ---- validation ---------------------------------------------------------------------------------
 
 PROVIDER_KEYS = frozenset(
-    {"name", "kind", "base_url", "api_key_env", "api_key", "extra_headers", "models"}
+    {"name", "kind", "base_url", "api_key_env", "api_key", "extra_headers", "prompt_cache_key", "models"}
 )
 MODEL_KEYS = frozenset(
     {
@@ -444,14 +446,24 @@ class _Validator:
             raise fail("extra_headers must be a table of string values, e.g. { \"HTTP-Referer\" = \"...\" }",
                        "extra_headers")
 
+        prompt_cache_key = entry.get("prompt_cache_key", False)
+        if not isinstance(prompt_cache_key, bool):
+            raise fail("prompt_cache_key must be true or false", "prompt_cache_key")
+        if prompt_cache_key and kind == "anthropic":
+            raise fail("prompt_cache_key is for openai_chat / openai_responses; anthropic providers always get "
+                       "cache_control breakpoints", "prompt_cache_key")
+
         models = entry.get("models")
         if not isinstance(models, list) or not models or not all(isinstance(m, dict) for m in models):
             raise fail("needs at least one model: add a [[providers.models]] table with an id", "models")
 
         return [
-            self.model(p, m, model, provider=name, kind=kind, base_url=base_url, api_key=api_key,
-                       api_key_env=api_key_env, extra_headers=extra_headers, provider_where=where)
-            for m, model in enumerate(models)
+            (replace(route, prompt_cache_key=prompt_cache_key), model_where)
+            for route, model_where in (
+                self.model(p, m, model, provider=name, kind=kind, base_url=base_url, api_key=api_key,
+                           api_key_env=api_key_env, extra_headers=extra_headers, provider_where=where)
+                for m, model in enumerate(models)
+            )
         ]
 
     def model(self, p: int, m: int, entry: dict[str, Any], *, provider: str, kind: str,

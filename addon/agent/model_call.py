@@ -71,7 +71,8 @@ class ModelCall:
         turn = self.turn
         svc, run, route = turn.svc, turn.run, turn.route
         items = provider_items(turn)
-        request = ModelRequest(route=route, system=turn.system_prompt, items=items, tools=turn.tools)
+        request = ModelRequest(route=route, system=turn.system_prompt, items=items, tools=turn.tools,
+                               cache_key=turn.conversation_id)
         adapter = adapter_for(route.kind)
         model_call_id = svc.ids.new("model-call")
         self.llm_row = asyncio.ensure_future(svc.store.begin_llm_call({

@@ -445,3 +445,15 @@ def test_compact_at_needs_context_tokens(tmp_path):
     err = error_of(tmp_path, text)
     assert "compact_at needs context_tokens" in str(err) and "model #2 'small'" in str(err)
     assert err.line == text.splitlines().index("compact_at = 0.5") + 1
+
+
+def test_prompt_cache_key_is_a_per_provider_opt_in_for_openai_kinds(tmp_path):
+    chat = '[[providers]]\nname="o"\nkind="openai_chat"\nbase_url="https://o"\napi_key="k"\n{extra}[[providers.models]]\nid="m"\n'
+    [plain] = load_providers(write(tmp_path, chat.format(extra=""))).models
+    assert plain.prompt_cache_key is False
+    [opted] = load_providers(write(tmp_path, chat.format(extra="prompt_cache_key = true\n"))).models
+    assert opted.prompt_cache_key is True
+    assert "true or false" in str(error_of(tmp_path, chat.format(extra='prompt_cache_key = "yes"\n')))
+    anthropic = chat.replace('kind="openai_chat"', 'kind="anthropic"')
+    err = error_of(tmp_path, anthropic.format(extra="prompt_cache_key = true\n"))
+    assert "cache_control breakpoints" in str(err) and err.line == 6

@@ -2,10 +2,15 @@
 
 Request (`POST {base_url}/messages`, `x-api-key: <key>`, `anthropic-version: 2023-06-01`):
   model, max_tokens (= the model's `max_output_tokens`; required by the API, so a model without it is a
-  ConfigError), system (when non-empty), messages, stream=true, tools (when any, as
-  {name, description, input_schema}), `thinking: {type: "enabled", budget_tokens}` only when
-  `thinking_budget_tokens` is configured, then `extra_body` merged last (e.g. `anthropic-beta`
-  features go in the route's extra_headers). `reasoning_effort` is an OpenAI knob: a ConfigError here.
+  ConfigError), stream=true, `thinking: {type: "enabled", budget_tokens}` only when
+  `thinking_budget_tokens` is configured, tools (when any, as {name, description, input_schema}),
+  system (when non-empty, one text block), messages last, then `extra_body` merged (e.g.
+  `anthropic-beta` features go in the route's extra_headers). `reasoning_effort` is an OpenAI knob: a
+  ConfigError here.
+
+Prompt caching: at most 4 `cache_control: {type: ephemeral}` breakpoints: the last tool, the system
+block, and the last cacheable block of the newest two user messages (`cache_breakpoints`). They move
+forward each round, so every call after the first reads what the call before it wrote.
 
 Transcript mapping:
   UserItem        -> user message: `text` blocks and base64 `image` blocks
@@ -69,21 +74,47 @@ def build_request(req: ModelRequest) -> HttpRequest:
             f"set max_output_tokens for model '{route.model_id}' in the providers file."
         )
     key = api_key(route)
-    body: dict = {"model": route.model_id, "max_tokens": route.max_output_tokens}
-    if req.system:
-        body["system"] = req.system
-    body["messages"] = _messages(req)
-    body["stream"] = True
-    if req.tools:
-        body["tools"] = [
-            {"name": t.name, "description": t.description, "input_schema": schema(t.parameters)} for t in req.tools
-        ]
+    # Stable parts first, the growing history last (the bytes of a request start with the previous one's).
+    body: dict = {"model": route.model_id, "max_tokens": route.max_output_tokens, "stream": True}
     if route.thinking_budget_tokens is not None:
         body["thinking"] = {"type": "enabled", "budget_tokens": route.thinking_budget_tokens}
-    body = merge_extra_body(body, route.extra_body)
+    if req.tools:
+        tools = [{"name": t.name, "description": t.description, "input_schema": schema(t.parameters)}
+                 for t in req.tools]
+        tools[-1]["cache_control"] = dict(EPHEMERAL)  # breakpoint 1: the tool definitions
+        body["tools"] = tools
+    if req.system:
+        body["system"] = [{"type": "text", "text": req.system, "cache_control": dict(EPHEMERAL)}]  # breakpoint 2
+    body["messages"] = cache_breakpoints(_messages(req))  # breakpoints 3 and 4
+    body = common.history_last(merge_extra_body(body, route.extra_body), "messages")
     auth = {"x-api-key": key} if key else {}
     auth["anthropic-version"] = API_VERSION
     return HttpRequest(url=endpoint(route, PATH), headers=json_headers(route, auth), body=body)
+
+
+EPHEMERAL = {"type": "ephemeral"}
+MESSAGE_BREAKPOINTS = 2
+_UNCACHEABLE = {"thinking", "redacted_thinking"}
+
+
+def cache_breakpoints(messages: list[dict]) -> list[dict]:
+    """`messages` with a cache_control breakpoint on the last block of each of the newest two user
+    messages. A pure function of the list: the newest marks where this request ends (written to the
+    cache), the one before it where the previous request ended (read from the cache), whatever the
+    history holds (a compaction summary, a queued message...). Thinking blocks cannot carry a marker
+    and empty text blocks are not cached: the marker goes on the last block that can."""
+    out = list(messages)
+    users = [i for i, m in enumerate(out) if m.get("role") == "user"][-MESSAGE_BREAKPOINTS:]
+    for i in users:
+        blocks = list(out[i].get("content") or [])
+        for b in range(len(blocks) - 1, -1, -1):
+            block = blocks[b]
+            if block.get("type") in _UNCACHEABLE or (block.get("type") == "text" and not block.get("text")):
+                continue
+            blocks[b] = {**block, "cache_control": dict(EPHEMERAL)}
+            out[i] = {**out[i], "content": blocks}
+            break
+    return out
 
 
 def _messages(req: ModelRequest) -> list[dict]:

@@ -28,6 +28,8 @@ class ModelRequest:
     system: str
     items: tuple[TranscriptItem, ...]
     tools: tuple[ToolSpec, ...] = ()
+    cache_key: str | None = None
+    """Stable for the conversation (its id): sent as `prompt_cache_key` where the provider opts in."""
 
 
 @dataclass(frozen=True)

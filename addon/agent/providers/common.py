@@ -55,6 +55,14 @@ def merge_extra_body(body: dict, extra: dict | None) -> dict:
     return out
 
 
+def history_last(body: dict, key: str) -> dict:
+    """The body with its growing history key moved to the end (after `extra_body`'s keys), so the
+    serialized request starts with the previous request's bytes."""
+    if key in body:
+        body[key] = body.pop(key)
+    return body
+
+
 def schema(parameters: dict) -> dict:
     return parameters if parameters else dict(EMPTY_SCHEMA)
 

@@ -1,8 +1,10 @@
 """OpenAI Chat Completions (any compatible base URL): request builder and stream fold.
 
 Request (`POST {base_url}/chat/completions`, `Authorization: Bearer <key>`):
-  model, messages, stream=true, stream_options.include_usage=true, tools (when any),
-  reasoning_effort (only when configured), then `extra_body` merged last.
+  model, stream=true, stream_options.include_usage=true, reasoning_effort (only when configured),
+  prompt_cache_key (the conversation id, only when the provider sets `prompt_cache_key = true`),
+  tools (when any), messages (last: the bytes of a request start with the previous request's), then
+  `extra_body` merged last.
   `max_output_tokens` is NOT sent: the field's name differs between compatible servers
   (`max_tokens` vs `max_completion_tokens`, and OpenAI's reasoning models reject `max_tokens`), and the
   provider's default is already the model's limit. Put the cap in `extra_body` under your server's name.
@@ -65,17 +67,21 @@ def build_request(req: ModelRequest) -> HttpRequest:
     if route.thinking_budget_tokens is not None:
         reject_knob(route, "thinking_budget_tokens", "use reasoning_effort or extra_body")
     key = api_key(route)
-    body: dict = {"model": route.model_id, "messages": _messages(req), "stream": True,
-                  "stream_options": {"include_usage": True}}
+    # What stays the same across a conversation's calls comes first and the growing history last, so
+    # each request's bytes start with the previous one's (a prefix cache keyed on bytes or tokens hits).
+    body: dict = {"model": route.model_id, "stream": True, "stream_options": {"include_usage": True}}
+    if route.reasoning_effort is not None:
+        body["reasoning_effort"] = route.reasoning_effort
+    if route.prompt_cache_key and req.cache_key:
+        body["prompt_cache_key"] = req.cache_key
     if req.tools:
         body["tools"] = [
             {"type": "function", "function": {"name": t.name, "description": t.description,
                                               "parameters": schema(t.parameters)}}
             for t in req.tools
         ]
-    if route.reasoning_effort is not None:
-        body["reasoning_effort"] = route.reasoning_effort
-    body = merge_extra_body(body, route.extra_body)
+    body["messages"] = _messages(req)
+    body = common.history_last(merge_extra_body(body, route.extra_body), "messages")
     auth = {"authorization": f"Bearer {key}"} if key else {}
     return HttpRequest(url=endpoint(route, PATH), headers=json_headers(route, auth), body=body)
 

@@ -2,11 +2,12 @@
 every request carries the full history.
 
 Request (`POST {base_url}/responses`, `Authorization: Bearer <key>`):
-  model, instructions (the system prompt, when non-empty), input, stream=true, tools (when any,
-  `strict: false` because Responses makes functions strict by default and Cursor's tool schemas have
-  optional parameters), and only when `reasoning_effort` is configured:
-  `reasoning: {effort, summary: "auto"}`, `include: ["reasoning.encrypted_content"]`, `store: false`.
-  Then `extra_body` merged last. `max_output_tokens` is not sent (it is the model's limit, already the
+  model, stream=true, only when `reasoning_effort` is configured:
+  `reasoning: {effort, summary: "auto"}`, `include: ["reasoning.encrypted_content"]`, `store: false`;
+  prompt_cache_key (the conversation id, only when the provider sets `prompt_cache_key = true`);
+  tools (when any, `strict: false` because Responses makes functions strict by default and Cursor's
+  tool schemas have optional parameters), instructions (the system prompt, when non-empty), and
+  input last (the bytes of a request start with the previous request's). Then `extra_body` merged last. `max_output_tokens` is not sent (it is the model's limit, already the
   provider's default); `thinking_budget_tokens` is an Anthropic knob: a ConfigError here.
 
 Transcript mapping:
@@ -62,22 +63,23 @@ def build_request(req: ModelRequest) -> HttpRequest:
     if route.thinking_budget_tokens is not None:
         reject_knob(route, "thinking_budget_tokens", "use reasoning_effort or extra_body")
     key = api_key(route)
-    body: dict = {"model": route.model_id}
-    if req.system:
-        body["instructions"] = req.system
-    body["input"] = _input(req)
-    body["stream"] = True
+    body: dict = {"model": route.model_id, "stream": True}  # stable parts first, the history last
+    if route.reasoning_effort is not None:
+        body["reasoning"] = {"effort": route.reasoning_effort, "summary": "auto"}
+        body["include"] = ["reasoning.encrypted_content"]
+        body["store"] = False
+    if route.prompt_cache_key and req.cache_key:
+        body["prompt_cache_key"] = req.cache_key
     if req.tools:
         body["tools"] = [
             {"type": "function", "name": t.name, "description": t.description,
              "parameters": schema(t.parameters), "strict": False}
             for t in req.tools
         ]
-    if route.reasoning_effort is not None:
-        body["reasoning"] = {"effort": route.reasoning_effort, "summary": "auto"}
-        body["include"] = ["reasoning.encrypted_content"]
-        body["store"] = False
-    body = merge_extra_body(body, route.extra_body)
+    if req.system:
+        body["instructions"] = req.system
+    body["input"] = _input(req)
+    body = common.history_last(merge_extra_body(body, route.extra_body), "input")
     if body.get("store") is False:
         body["input"] = _stateless(body["input"])
     auth = {"authorization": f"Bearer {key}"} if key else {}

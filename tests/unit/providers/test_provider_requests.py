@@ -241,10 +241,17 @@ def test_anthropic_golden_body_groups_tool_results_into_one_user_turn():
     assert r.url == "https://llm.example.test/v1/messages"
     assert r.headers == {"content-type": "application/json", "accept": "text/event-stream",
                          "x-api-key": TEST_KEY, "anthropic-version": "2023-06-01"}
+    cache = {"type": "ephemeral"}
     assert r.body == {
         "model": "test-model",
         "max_tokens": 1024,
-        "system": "You are a test.",
+        "stream": True,
+        "tools": [
+            {"name": "Read", "description": "Read a file", "input_schema": READ_SCHEMA},
+            {"name": "ReadLints", "description": "Lints", "input_schema": {"type": "object", "properties": {}},
+             "cache_control": cache},
+        ],
+        "system": [{"type": "text", "text": "You are a test.", "cache_control": cache}],
         "messages": [
             {"role": "user", "content": [
                 {"type": "text", "text": "Look at this"},
@@ -254,16 +261,13 @@ def test_anthropic_golden_body_groups_tool_results_into_one_user_turn():
                 {"type": "tool_result", "tool_use_id": "call_b", "content": "no matches"},
                 {"type": "tool_result", "tool_use_id": "call_a", "content": "error: not found", "is_error": True},
                 {"type": "text", "text": "Now answer"},
-                {"type": "text", "text": "briefly"}]},
+                {"type": "text", "text": "briefly", "cache_control": cache}]},
             {"role": "assistant", "content": [{"type": "text", "text": "Done."}]},
-            {"role": "user", "content": [{"type": "text", "text": "thanks"}]},
-        ],
-        "stream": True,
-        "tools": [
-            {"name": "Read", "description": "Read a file", "input_schema": READ_SCHEMA},
-            {"name": "ReadLints", "description": "Lints", "input_schema": {"type": "object", "properties": {}}},
+            {"role": "user", "content": [{"type": "text", "text": "thanks", "cache_control": cache}]},
         ],
     }
+    # stable parts first, the history last: each request's bytes start with the previous one's
+    assert list(r.body) == ["model", "max_tokens", "stream", "tools", "system", "messages"]
 
 
 def test_anthropic_never_sends_foreign_thinking():
@@ -286,7 +290,99 @@ def test_anthropic_thinking_budget_and_nothing_invented():
 def test_anthropic_empty_assistant_is_left_out():
     items = (UserItem(parts=(TextPart("q"),)), AssistantItem(text=""), UserItem(parts=(TextPart("again"),)))
     assert build("anthropic", items=items, tools=()).body["messages"] == [
-        {"role": "user", "content": [{"type": "text", "text": "q"}, {"type": "text", "text": "again"}]}]
+        {"role": "user", "content": [{"type": "text", "text": "q"},
+                                     {"type": "text", "text": "again", "cache_control": {"type": "ephemeral"}}]}]
+
+
+# ---- prompt caching ------------------------------------------------------------------------------
+
+
+def _markers(body: dict) -> list[str]:
+    """Where the cache_control breakpoints are, as readable paths."""
+    out = [f"tools[{i}]" for i, t in enumerate(body.get("tools", [])) if "cache_control" in t]
+    system = body.get("system")
+    if isinstance(system, list):
+        out += [f"system[{i}]" for i, b in enumerate(system) if "cache_control" in b]
+    for m, message in enumerate(body["messages"]):
+        for b, block in enumerate(message["content"]):
+            if "cache_control" in block:
+                out.append(f"messages[{m}][{b}]")
+    return out
+
+
+def _strip(value):
+    if isinstance(value, dict):
+        return {k: _strip(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [_strip(v) for v in value]
+    return value
+
+
+def tool_rounds(n: int) -> tuple:
+    """A user message, then n rounds of (assistant with thinking + two calls, their two results)."""
+    items: list = [UserItem(parts=(TextPart("fix the bug"),))]
+    for r in range(n):
+        a, b = ToolCall(f"c{r}a", "Read", '{"path": "a.py"}', 0), ToolCall(f"c{r}b", "Read", '{"path": "b.py"}', 1)
+        replay = {"kind": "anthropic", "content": [
+            {"type": "thinking", "thinking": f"round {r}", "signature": "SIG"},
+            {"type": "tool_use", "id": a.call_id, "name": "Read", "input": {"path": "a.py"}},
+            {"type": "tool_use", "id": b.call_id, "name": "Read", "input": {"path": "b.py"}}]}
+        items += [AssistantItem(tool_calls=(a, b), replay=replay),
+                  ToolResultItem(a.call_id, "Read", f"a{r}"), ToolResultItem(b.call_id, "Read", f"b{r}")]
+    return tuple(items)
+
+
+def test_anthropic_breakpoints_at_most_four_and_moving_forward_each_round():
+    previous = None
+    for n in range(0, 6):
+        body = build("anthropic", items=tool_rounds(n)).body
+        markers = _markers(body)
+        users = [i for i, m in enumerate(body["messages"]) if m["role"] == "user"][-2:]
+        assert markers == ["tools[1]", "system[0]"] + [
+            f"messages[{i}][{len(body['messages'][i]['content']) - 1}]" for i in users]
+        assert len(markers) <= 4
+        if previous is not None:
+            # the history only grows, and where the previous request ended is still a breakpoint
+            assert _strip(body["messages"][: len(previous["messages"])]) == _strip(previous["messages"])
+            last = len(previous["messages"]) - 1
+            assert f"messages[{last}][{len(previous['messages'][last]['content']) - 1}]" in markers
+        previous = body
+
+
+def test_anthropic_breakpoint_placement_is_a_pure_function_of_the_messages():
+    from byok.agent.providers.anthropic import cache_breakpoints
+
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": "summary of earlier work"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "ok"}]},
+        {"role": "user", "content": [{"type": "text", "text": "go on"}, {"type": "text", "text": ""}]},
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": "t", "signature": "S"}]},
+    ]
+    before = copy.deepcopy(messages)
+    out = cache_breakpoints(messages)
+    assert messages == before  # the input is not touched
+    assert out == cache_breakpoints(copy.deepcopy(messages))
+    assert "cache_control" in out[0]["content"][0]  # the user message before the newest one
+    assert "cache_control" in out[2]["content"][0] and "cache_control" not in out[2]["content"][1]  # never empty text
+    assert "cache_control" not in out[3]["content"][0]  # never a thinking block
+    assert cache_breakpoints([]) == []
+
+
+@pytest.mark.parametrize("kind", ["openai_chat", "openai_responses"])
+def test_prompt_cache_key_only_when_the_provider_opts_in(kind: str):
+    items = (UserItem(parts=(TextPart("q"),)),)
+    req = ModelRequest(route=route(kind), system="s", items=items, cache_key="conv-123")
+    assert "prompt_cache_key" not in adapter_for(kind).build_request(req).body
+    req = ModelRequest(route=route(kind, prompt_cache_key=True), system="s", items=items, cache_key="conv-123")
+    body = adapter_for(kind).build_request(req).body
+    assert body["prompt_cache_key"] == "conv-123"
+    assert list(body)[-1] == ("messages" if kind == "openai_chat" else "input")
+
+
+@pytest.mark.parametrize("kind", ["openai_chat", "openai_responses"])
+def test_history_stays_last_after_extra_body(kind: str):
+    body = build(kind, extra_body={"provider": {"sort": "throughput"}, "top_k": 4}).body
+    assert list(body)[-1] == ("messages" if kind == "openai_chat" else "input") and body["top_k"] == 4
 
 
 # ---- config errors and secrets -------------------------------------------------------------------
