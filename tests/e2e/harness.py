@@ -33,6 +33,7 @@ def providers_toml(models: list[dict]) -> str:
             f'kind = "{m["kind"]}"',
             f'base_url = "{m["base_url"]}"',
             f'api_key = "{m.get("api_key", API_KEY)}"',
+            *(f"{key} = {value}" for key, value in m.get("provider_extra", {}).items()),
             "[[providers.models]]",
             f'id = "{m["model_id"]}"',
             f'display_name = "{m.get("display_name", m["model_id"] + " (BYOK)")}"',

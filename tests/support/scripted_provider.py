@@ -32,11 +32,13 @@ finishing the chunked body (a transport failure); a script without its terminal 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import http
 import itertools
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -95,6 +97,8 @@ class Hang:
 
 
 Script = Union[Sse, HttpError, Hang]
+Responder = Callable[["RecordedRequest"], Script]
+"""Decides the script when the request arrives (e.g. usage from `PromptCacheSim`)."""
 
 
 def _ev(item: SseItem) -> Ev:
@@ -127,7 +131,7 @@ class ScriptedProvider:
     def __init__(self, host: str = "127.0.0.1") -> None:
         self.host = host
         self.port = 0
-        self._queues: dict[str, list[Script]] = {}
+        self._queues: dict[str, list[Script | Responder]] = {}
         self._requests: list[RecordedRequest] = []
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
@@ -167,8 +171,9 @@ class ScriptedProvider:
 
     # -- scripting and inspection (thread-safe)
 
-    def enqueue(self, where: str, *scripts: Script) -> None:
-        """`where` is a provider kind (openai_chat, openai_responses, anthropic) or a path suffix."""
+    def enqueue(self, where: str, *scripts: Script | Responder) -> None:
+        """`where` is a provider kind (openai_chat, openai_responses, anthropic) or a path suffix. A
+        callable is called with the recorded request when it arrives and returns the script."""
         key = PATHS.get(where, where)
         with self._lock:
             self._queues.setdefault(key, []).extend(scripts)
@@ -266,12 +271,13 @@ class ScriptedProvider:
         path = target.split("?", 1)[0]
         with self._cond:
             script = self._pop(path)
-            rec = RecordedRequest(method, path, headers, body, parsed, time.time(), script)
+            rec = RecordedRequest(method, path, headers, body, parsed, time.time())
+            rec.script = script(rec) if callable(script) else script
             self._requests.append(rec)
             self._cond.notify_all()
         return rec
 
-    def _pop(self, path: str) -> Script | None:
+    def _pop(self, path: str) -> Script | Responder | None:
         keys = sorted((k for k in self._queues if path.endswith(k) and self._queues[k]), key=len, reverse=True)
         return self._queues[keys[0]].pop(0) if keys else None
 
@@ -651,6 +657,114 @@ class _AnthropicBuilder:
                 usage={"output_tokens": self.usage.output_tokens if self.usage else 1})
         self.ev("message_stop")
         return self.items
+
+
+# ---- prompt cache accounting ------------------------------------------------------------------------
+
+
+class PromptCacheSim:
+    """Cache tokens the way each provider family reports them, computed from the request received.
+
+        sim = PromptCacheSim()
+        provider.enqueue("anthropic", lambda rec: ANTHROPIC.text_reply("hi", usage=sim.usage("anthropic", rec.json)))
+
+    Tokens are estimated as ceil(bytes / 4) of each prompt block's JSON (cache_control left out).
+    - anthropic: the prompt is the blocks tools -> system -> messages. A lookup at each
+      `cache_control` breakpoint finds the longest cached prefix ending at that block or at one of
+      the 20 blocks before it; every breakpoint's prefix is then written. `cache_read_tokens` is the
+      hit, `cache_write_tokens` what the newest breakpoint added beyond it, and `input_tokens`
+      the rest (Anthropic's input_tokens excludes both). Below 1,024 tokens nothing is cached.
+    - openai kinds: automatic prefix caching: the prompt (tools, then system/instructions, then the
+      messages) shares a prefix with an earlier request of the same `prompt_cache_key` (or any, when
+      there is none); from 1,024 tokens it is read in 128-token steps. input_tokens includes it;
+      there is no cache write count.
+    """
+
+    MIN_TOKENS = 1024
+    LOOKBACK_BLOCKS = 20
+
+    def __init__(self) -> None:
+        self._anthropic: dict[str, int] = {}
+        self._openai: dict[str | None, list[bytes]] = {}
+
+    def usage(self, kind: str, body: dict, output_tokens: int = 20) -> Usage:
+        if kind == "anthropic":
+            return self._anthropic_usage(body, output_tokens)
+        return self._openai_usage(kind, body, output_tokens)
+
+    @staticmethod
+    def tokens(data: bytes) -> int:
+        return -(-len(data) // 4)
+
+    @staticmethod
+    def _json(value: Any) -> bytes:
+        return json.dumps(_without_cache_control(value), ensure_ascii=False, separators=(",", ":")).encode()
+
+    def _anthropic_usage(self, body: dict, output_tokens: int) -> Usage:
+        blocks: list[tuple[bytes, bool]] = [(self._json(t), "cache_control" in t) for t in body.get("tools") or []]
+        system = body.get("system")
+        for block in ([{"type": "text", "text": system}] if isinstance(system, str) else system or []):
+            blocks.append((self._json(block), "cache_control" in block))
+        for message in body.get("messages") or []:
+            content = message["content"]
+            for block in ([{"type": "text", "text": content}] if isinstance(content, str) else content):
+                blocks.append((self._json({"role": message["role"], **block}), "cache_control" in block))
+        digest, hashes, totals, total = hashlib.sha256(), [], [], 0
+        for data, _ in blocks:
+            digest.update(data)
+            hashes.append(digest.copy().hexdigest())
+            total += self.tokens(data)
+            totals.append(total)
+        breakpoints = [i for i, (_, marked) in enumerate(blocks) if marked]
+        read = 0
+        for b in breakpoints:
+            for j in range(b, max(-1, b - self.LOOKBACK_BLOCKS - 1), -1):
+                if hashes[j] in self._anthropic:
+                    read = max(read, totals[j])
+                    break
+        written = 0
+        for b in breakpoints:
+            if totals[b] >= self.MIN_TOKENS:
+                self._anthropic[hashes[b]] = totals[b]
+        if breakpoints and totals[breakpoints[-1]] >= self.MIN_TOKENS:
+            written = max(0, totals[breakpoints[-1]] - read)
+        return Usage(input_tokens=total - read - written, output_tokens=output_tokens,
+                     cache_read_tokens=read, cache_write_tokens=written)
+
+    def _openai_usage(self, kind: str, body: dict, output_tokens: int) -> Usage:
+        parts = [self._json(body.get("tools") or [])]
+        if kind == "openai_responses":
+            parts.append(self._json(body.get("instructions") or ""))
+            parts += [self._json(item) for item in body.get("input") or []]
+        else:
+            parts += [self._json(message) for message in body.get("messages") or []]
+        prompt = b"".join(parts)
+        seen = self._openai.setdefault(body.get("prompt_cache_key"), [])
+        common = max((_common_prefix(prompt, earlier) for earlier in seen), default=0)
+        seen.append(prompt)
+        cached_tokens = common // 4
+        cached = (cached_tokens // 128) * 128 if cached_tokens >= self.MIN_TOKENS else 0
+        return Usage(input_tokens=self.tokens(prompt), output_tokens=output_tokens, cache_read_tokens=cached)
+
+
+def _without_cache_control(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_cache_control(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [_without_cache_control(v) for v in value]
+    return value
+
+
+def _common_prefix(a: bytes, b: bytes) -> int:
+    n = min(len(a), len(b))
+    lo, hi = 0, n  # binary search on equal prefixes: fast for long prompts
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 CHAT = ChatScripts()
