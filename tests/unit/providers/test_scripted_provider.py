@@ -197,3 +197,59 @@ def test_anthropic_refusal_builder():
 def test_builder_namespaces():
     assert (CHAT.path, RESPONSES.path, ANTHROPIC.path) == ("/chat/completions", "/responses", "/messages")
     assert {k: v.kind for k, v in SCRIPTS.items()} == {k: k for k in SCRIPTS}
+
+
+# ---- prompt cache accounting (PromptCacheSim) and responders ----------------------------------------
+
+
+def _anthropic_body(messages: list[dict], marked: list[int]) -> dict:
+    big = "x" * 8000  # ~2,000 tokens: above the 1,024-token minimum
+    out = []
+    for i, m in enumerate(messages):
+        blocks = [dict(b) for b in m["content"]]
+        if i in marked:
+            blocks[-1]["cache_control"] = {"type": "ephemeral"}
+        out.append({**m, "content": blocks})
+    return {"tools": [{"name": "T", "input_schema": {}, "cache_control": {"type": "ephemeral"}}],
+            "system": [{"type": "text", "text": big, "cache_control": {"type": "ephemeral"}}], "messages": out}
+
+
+def test_cache_sim_anthropic_writes_then_reads_at_the_previous_breakpoint():
+    from tests.support.scripted_provider import PromptCacheSim
+
+    sim = PromptCacheSim()
+    u1 = {"role": "user", "content": [{"type": "text", "text": "q" * 400}]}
+    a1 = {"role": "assistant", "content": [{"type": "text", "text": "a" * 400}]}
+    u2 = {"role": "user", "content": [{"type": "text", "text": "r" * 400}]}
+    first = sim.usage("anthropic", _anthropic_body([u1], [0]))
+    assert first.cache_read_tokens == 0 and first.cache_write_tokens > 2000 and first.input_tokens == 0
+    second = sim.usage("anthropic", _anthropic_body([u1, a1, u2], [0, 2]))
+    assert second.cache_read_tokens == first.cache_write_tokens  # everything the first call wrote
+    block = lambda role, text: sim.tokens(json.dumps({"role": role, "type": "text", "text": text}, separators=(",", ":")).encode())
+    assert second.cache_write_tokens == block("assistant", "a" * 400) + block("user", "r" * 400)  # what is new
+    assert second.input_tokens == 0
+    # no breakpoint at all: nothing is read or written, all input is full price
+    plain = sim.usage("anthropic", {"messages": [{"role": "user", "content": "hello " * 2000}]})
+    assert (plain.cache_read_tokens, plain.cache_write_tokens) == (0, 0) and plain.input_tokens > 2000
+
+
+def test_cache_sim_openai_reads_the_shared_prefix_in_128_token_steps_per_cache_key():
+    from tests.support.scripted_provider import PromptCacheSim
+
+    sim = PromptCacheSim()
+    system = {"role": "system", "content": "s" * 6000}
+    body = {"prompt_cache_key": "c1", "messages": [system, {"role": "user", "content": "one"}]}
+    assert sim.usage("openai_chat", body).cache_read_tokens == 0
+    again = sim.usage("openai_chat", {**body, "messages": [system, {"role": "user", "content": "two"}]})
+    assert again.cache_read_tokens > 1024 and again.cache_read_tokens % 128 == 0
+    assert again.input_tokens >= again.cache_read_tokens  # OpenAI's input includes the cached part
+    other_key = sim.usage("openai_chat", {**body, "prompt_cache_key": "c2"})
+    assert other_key.cache_read_tokens == 0
+
+
+def test_a_responder_decides_the_script_when_the_request_arrives():
+    with ScriptedProvider() as provider:
+        provider.enqueue("openai_chat", lambda rec: CHAT.text_reply(f"you sent {rec.json['model']}", pieces=1))
+        status, _, raw = _post(provider, PATHS["openai_chat"], {"model": "m-42"})
+        assert status == 200 and b"you sent m-42" in raw
+        assert isinstance(provider.requests[0].script, Sse)
