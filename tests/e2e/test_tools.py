@@ -381,8 +381,9 @@ def check_anthropic_replay(turn: Turn, calls: list[Call], results: list[tuple[st
     blocks (completion order, string content, is_error kept)."""
     assert text is None and reasoning is None
     is_error = is_error or {}
-    before = turn.requests[round_no].json["messages"]
-    after = turn.requests[round_no + 1].json["messages"]
+    # cache_control breakpoints move forward each round (tests/e2e/test_prompt_cache.py checks them)
+    before = without_cache_control(turn.requests[round_no].json["messages"])
+    after = without_cache_control(turn.requests[round_no + 1].json["messages"])
     assert after[: len(before)] == before
 
     def parsed(args: str):
@@ -402,6 +403,14 @@ def check_anthropic_replay(turn: Turn, calls: list[Call], results: list[tuple[st
                                           for cid, name, args in calls]},
         {"role": "user", "content": [tool_result(cid, content) for cid, content in results]},
     ]
+
+
+def without_cache_control(value):
+    if isinstance(value, dict):
+        return {k: without_cache_control(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [without_cache_control(v) for v in value]
+    return value
 
 
 REPLAY_CHECKS = {"openai_chat": check_chat_replay, "openai_responses": check_responses_replay,
