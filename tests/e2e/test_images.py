@@ -86,6 +86,8 @@ def test_an_attached_image_reaches_the_provider_as_an_image_part(env, provider, 
         "openai_responses": {"type": "input_image", "image_url": f"data:image/png;base64,{B64}"},
         "anthropic": {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": B64}},
     }[kind]
+    if kind == "anthropic":  # the newest user message's last block carries a cache breakpoint
+        expected["cache_control"] = {"type": "ephemeral"}
     assert images == [expected]
     text = "".join(p.get("text", "") for p in content)
     assert "what colour is this?" in text and "/home/me/Desktop" not in text  # the local path stays private
