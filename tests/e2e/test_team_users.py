@@ -8,7 +8,6 @@ give a user; proxyauth refusals. Everything on loopback, against a real PostgreS
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import pytest
@@ -88,11 +87,36 @@ def sql(url: str, query: str, params=()) -> list[tuple]:
 
 
 def models_seen(proxy, user: str | None, password: str | None = None) -> dict:
-    creds = "" if user is None else f"{user}:{password or PASSWORDS[user]}@"
-    args = argparse.Namespace(proxy=f"http://{creds}127.0.0.1:{proxy.port}", ca=proxy.ca_file, model="none")
+    """AvailableModels and one RunSSE turn (on a model nobody has) as this user: {"models", "turn"},
+    each {"status", ...} or {"error": "..."} for a connection-level failure such as a 407."""
+    import ssl
 
-    async def fetch():
-        return await remote_client.main(args)
+    import httpx
+
+    from byok.proto import aiserver_pb2 as spb
+
+    creds = "" if user is None else f"{user}:{password or PASSWORDS[user]}@"
+    proxy_url = f"http://{creds}127.0.0.1:{proxy.port}"
+
+    async def fetch() -> dict:
+        out: dict = {}
+        verify = ssl.create_default_context(cafile=proxy.ca_file)
+        async with httpx.AsyncClient(proxy=proxy_url, verify=verify, trust_env=False, timeout=20) as http:
+            try:
+                response = await http.post("https://api2.cursor.sh" + remote_client.MODELS_PATH, content=b"",
+                                           headers={"content-type": "application/proto"})
+                names = list(spb.AvailableModelsResponse.FromString(response.content).model_names) \
+                    if response.status_code == 200 else []
+                out["models"] = {"status": response.status_code, "names": names}
+            except httpx.HTTPError as e:
+                out["models"] = {"error": f"{type(e).__name__}: {e}"}
+        try:
+            async with CursorClient(proxy_url, proxy.ca_file, timeout_s=30) as client:
+                result = await client.run(user_turn_request("hello", model_id="nobodys-model"))
+                out["turn"] = {"status": result.status}
+        except httpx.HTTPError as e:
+            out["turn"] = {"error": f"{type(e).__name__}: {e}"}
+        return out
 
     return run(fetch())
 
