@@ -198,7 +198,10 @@ class H2Connection:
                 return
 
     async def _end(self, stream_id: int) -> None:
-        self._h2.end_stream(stream_id)
+        try:  # the server may have answered and closed the stream first (e.g. a refusal)
+            self._h2.end_stream(stream_id)
+        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError) as e:
+            raise H2Error(f"stream {stream_id} is closed: {e}") from None
         await self._drain()
         self._local_end(stream_id)
 
