@@ -168,17 +168,18 @@ def collect_run(conn: sqlite3.Connection, request_id: str, frames_mode: str, pri
 
 CALL_FIELDS = ("call_index", "model_call_id", "provider", "provider_kind", "model_public_id", "model", "started_at",
                "status", "finish_reason", "ttfb_ms", "ttft_ms", "total_ms", "input_tokens", "output_tokens",
-               "cache_read_tokens", "cache_write_tokens", "reasoning_tokens", "error")
+               "cache_read_tokens", "cache_write_tokens", "reasoning_tokens", "error", "purpose")
 
 
 def provider_calls(conn: sqlite3.Connection, request_id: str, prices: dict | None = None) -> list[dict]:
-    """Each call as stored, with `cost_usd` from its model's prices (None: no prices configured)."""
+    """Each call as stored, with `cost_usd` from its model's prices (None: no prices configured).
+    `purpose`: None for the turn's own calls, "summary" for a compaction (docs/conversations.md)."""
     from byok.agent.pricing import cost
 
     rows = conn.execute("SELECT * FROM llm_calls WHERE request_id = ? ORDER BY call_index", [request_id]).fetchall()
     out = []
     for r in rows:
-        call = {k: r[k] for k in CALL_FIELDS}
+        call = {k: r[k] if k in r.keys() else None for k in CALL_FIELDS}
         model_prices = (prices or {}).get(r["model_public_id"])
         call["cost_usd"] = None if model_prices is None else float(cost(
             model_prices, r["provider_kind"], input_tokens=r["input_tokens"], output_tokens=r["output_tokens"],
@@ -323,7 +324,8 @@ def _print_calls(out, calls: list[dict], found: Found) -> None:
     for c in calls:
         rows.append([
             str(c["call_index"]), c["model_call_id"] or "-", f"{c['provider']} / {c['model']} ({c['provider_kind']})",
-            styled(c["status"], STATUS_STYLE.get(c["status"])), c["finish_reason"] or "-",
+            styled(c["status"], STATUS_STYLE.get(c["status"])),
+            (c["finish_reason"] or "-") + (f" ({c['purpose']})" if c.get("purpose") else ""),
             _ms(c["ttfb_ms"]), _ms(c["ttft_ms"]), _ms(c["total_ms"]),
             _n(c["input_tokens"]), _n(c["output_tokens"]), f"{_n(c['cache_read_tokens'])}/{_n(c['cache_write_tokens'])}",
             "-" if c["cost_usd"] is None else usd(Decimal(str(c["cost_usd"]))), styled(c["error"] or "", "red"),

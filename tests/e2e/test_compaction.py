@@ -6,8 +6,12 @@ summary_model."""
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import subprocess
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -320,6 +324,52 @@ def test_summary_model_writes_the_summary(env, provider):
     rows = db.execute("SELECT model, purpose FROM llm_calls WHERE request_id = ? ORDER BY call_index",
                       [second.result.request_id]).fetchall()
     assert rows == [("summarizer", "summary"), ("delegating", None)]
+    cli = str(Path(sys.executable).with_name("cursor-byok"))
+    shown = subprocess.run([cli, "trace", second.result.request_id, "--db", str(proxy.db), "--json"],
+                           capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    [story] = json.loads(shown.stdout)["runs"]
+    calls = story["provider_calls"]
+    assert [(c["model"], c["purpose"]) for c in calls] == [("summarizer", "summary"), ("delegating", None)]
+    text = subprocess.run([cli, "trace", second.result.request_id, "--db", str(proxy.db), "--frames", "none"],
+                          capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
+    assert "stop (summary)" in text.stdout, text.stdout
+
+
+def test_a_compacted_conversation_continues_after_the_database_is_lost(tmp_path, provider):
+    """The client's compacted checkpoint is all that is left: it is imported (its summary root is an
+    ordinary user message then), its compaction fields are echoed, and the conversation goes on."""
+    entry = model_entry(provider.base_url, model_id="lost-db-model", name="lost-db", context_tokens=WINDOW)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "providers.toml").write_text(providers_toml([entry]))
+    proxy = Proxy(home).start()
+    model = public_id(entry)
+    try:
+        provider.enqueue("openai_chat", CHAT.text_reply("answer one", usage=OVER))
+        first = user(proxy, model, "one: " + FILLER)
+        provider.enqueue("openai_chat", CHAT.text_reply("SUMMARY: a fox, once."), CHAT.text_reply("answer two",
+                                                                                                  usage=SMALL))
+        second = user(proxy, model, "two", after=first)
+        compacted = second.result.checkpoints()[-1]
+        assert compacted.self_summary_count == 1
+        proxy.stop()
+        for suffix in ("", "-wal", "-shm"):
+            (proxy.db.parent / (proxy.db.name + suffix)).unlink(missing_ok=True)
+        proxy.start()
+        provider.enqueue("openai_chat", CHAT.text_reply("answer three", usage=SMALL))
+        third = user(proxy, model, "three", after=second)
+        assert third.result.end_error is None, third.result.end_error
+        assert not summary_frames(third.result)
+        sent = body(provider.requests[-1])
+        assert "SUMMARY: a fox, once." in sent and "The quick brown fox" not in sent and "three" in sent
+        state = third.result.checkpoints()[-1]
+        assert list(state.root_prompt_messages_json[:len(compacted.root_prompt_messages_json)]) == \
+            list(compacted.root_prompt_messages_json)
+        assert (state.summary, state.summary_archive, state.self_summary_count) == \
+            (compacted.summary, compacted.summary_archive, 1)
+    finally:
+        proxy.stop()
 
 
 def strip_cache_control(value):
