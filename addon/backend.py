@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
+import os
 
 from mitmproxy import ctx, http
 
@@ -54,6 +56,10 @@ class Backend:
         self.settings: options.Settings | None = None
         self.team = Team()
         """The team file's rules (byok_team); without one, the single user may use every model."""
+        self.replica: str | None = None
+        """This process's name among replicas sharing one PostgreSQL (None on SQLite)."""
+        self.fence = None
+        """store.fence.FenceListener on PostgreSQL: runs fenced by another replica end here at once."""
         self._ready = asyncio.Event()
         self._gc_task: asyncio.Future | None = None
 
@@ -73,11 +79,13 @@ class Backend:
             log.error("byok_team is set but proxyauth is not: no client has a user name, so every local run "
                       "is refused (docs/team.md)")
         self.store = await AsyncStore.open(settings.db)
+        if self.store.dialect == "postgresql":
+            self.replica = settings.replica or f"{socket.gethostname()}:{os.getpid()}"
         self.http = make_client()
         clock, ids = (FixedClock(), CountingIds()) if settings.deterministic else (Clock(), Ids())
         services = Services(
             store=self.store, lookup_model=self.providers.lookup, prompts=prompts, http=self.http,
-            clock=clock, ids=ids, verbose_llm=settings.verbose_llm, team=self.team,
+            clock=clock, ids=ids, verbose_llm=settings.verbose_llm, team=self.team, replica=self.replica,
             provider_limits=StreamLimits(headers_s=settings.provider_headers_s, idle_s=settings.provider_idle_s),
         )
         self.runtime = Runtime(
@@ -93,6 +101,11 @@ class Backend:
             on_run_finished=self._run_finished,
         )
         services.claim_conversation = self.runtime.claim_conversation
+        if self.replica is not None:
+            from byok.store.fence import FenceListener
+
+            self.fence = FenceListener(str(settings.db), self.runtime.fence_remote)
+            self.fence.start()
         services.web = self._web_tools
         duplex.install()
         self.runs = RunTransport(self.runtime)
@@ -102,8 +115,9 @@ class Backend:
         if settings.gc_days > 0:
             self._gc_task = asyncio.ensure_future(self._collect_garbage(settings.gc_days))
         log.info(
-            "cursor-byok ready: mode=%s, %d user model(s), db=%s, stream server 127.0.0.1:%d",
-            settings.mode, len(self.providers.models), _shown(settings.db), self.server.port,
+            "cursor-byok ready: mode=%s, %d user model(s), db=%s%s, stream server 127.0.0.1:%d",
+            settings.mode, len(self.providers.models), _shown(settings.db),
+            f", replica={self.replica}" if self.replica else "", self.server.port,
         )
 
     def _web_tools(self):
@@ -123,6 +137,8 @@ class Backend:
     async def done(self) -> None:
         if self._gc_task is not None:
             await asyncio.wait([self._gc_task], timeout=5)
+        if self.fence is not None:
+            await self.fence.stop()
         if self.runtime is not None:
             await self.runtime.shutdown(timeout=8.0)
         if self.server is not None:
@@ -294,9 +310,12 @@ class Backend:
                 connect.Code.ALREADY_EXISTS, f"request {request_id} already has a RunSSE stream; it is not replayed"))
             return
         try:
-            route = await runtime.wait_route(request_id, self.settings.route_wait_s)
+            route = await self._wait_route(request_id)
         except RouteTimeout as e:
             self._stream_error(flow, connect.ConnectError(connect.Code.DEADLINE_EXCEEDED, str(e)))
+            return
+        except connect.ConnectError as e:  # its run is on another replica
+            self._stream_error(flow, e)
             return
         if route is Route.UPSTREAM:
             flow.metadata["byok"] = "upstream"
@@ -316,6 +335,31 @@ class Backend:
     def _prices_of(self, public_id: str | None):
         route = self.providers.lookup(public_id) if public_id else None
         return None if route is None else route.prices
+
+    async def _wait_route(self, request_id: str) -> Route:
+        """Wait for this request's run_request. With replicas (PostgreSQL), also watch the store: when
+        another replica claimed the run, this RunSSE or append came to the wrong one, and it fails
+        now, naming both, instead of waiting out byok_route_wait_s."""
+        runtime, timeout = self.runtime, self.settings.route_wait_s
+        if self.replica is None:
+            return await runtime.wait_route(request_id, timeout)
+        waiter = asyncio.ensure_future(runtime.wait_route(request_id, timeout))
+        delay = 0.02
+        try:
+            while True:
+                done, _ = await asyncio.wait([waiter], timeout=delay)
+                if done:
+                    return waiter.result()
+                other = await self.store.run_replica(request_id)
+                if other is not None and other != self.replica:
+                    raise connect.ConnectError(connect.Code.FAILED_PRECONDITION, (
+                        f"request {request_id} runs on replica {other}, not on this one ({self.replica}): a "
+                        f"client's RunSSE and BidiAppends must reach the same replica (sticky routing, docs/team.md)"))
+                delay = min(delay * 2, 0.5)
+        finally:
+            if not waiter.done():
+                waiter.cancel()
+                runtime.forget_unrouted(request_id)
 
     def routes_for_flow(self, flow: http.HTTPFlow, routes):
         """The models this flow's user may use (model lists): all of them without a team file."""
@@ -375,9 +419,12 @@ class Backend:
                                   local_allowed=allowed, user=user)
         if route is None:
             try:
-                await runtime.wait_route(append.request_id, self.settings.route_wait_s)
+                await self._wait_route(append.request_id)
             except RouteTimeout as e:
                 self._unary_error(flow, connect.ConnectError(connect.Code.INVALID_ARGUMENT, str(e)))
+                return
+            except connect.ConnectError as e:  # its run is on another replica
+                self._unary_error(flow, e)
                 return
             route = runtime.on_append(append.request_id, append.seqno, append.message, append.raw,
                                       local_allowed=allowed, user=user)

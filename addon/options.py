@@ -48,6 +48,8 @@ class Settings:
     web_fetch_max_kb: int = 2048
     team: Path | None = None
     """The team file (docs/team.md); None: the single-user proxy."""
+    replica: str = ""
+    """This process's name among replicas sharing one PostgreSQL ('' = host:pid)."""
 
     def is_cursor_host(self, host: str) -> bool:
         return any(fnmatch.fnmatchcase(host.lower(), pattern) for pattern in self.hosts)
@@ -73,6 +75,11 @@ class Options:
             "cursor-byok team file (TOML, docs/team.md): which proxyauth user may use which models, with whose "
             "API key, within which monthly budget. Set, every local run needs a proxyauth user. Empty: off "
             "(one user, every model).",
+        )
+        loader.add_option(
+            "byok_replica", str, "",
+            "This proxy's name when several share one PostgreSQL store (docs/team.md): recorded with each run, "
+            "and named when a client's append reaches another replica. Empty: host name and process id.",
         )
         loader.add_option(
             "byok_mode", str, "intercept",
@@ -169,4 +176,5 @@ def current() -> Settings:
         web_fetch_private=o.byok_web_fetch_private,
         web_fetch_max_kb=o.byok_web_fetch_max_kb,
         team=Path(o.byok_team).expanduser() if o.byok_team else None,
+        replica=o.byok_replica,
     )

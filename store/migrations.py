@@ -478,6 +478,12 @@ def m006_users(db: Database) -> None:
     )
 
 
+@migration(postgresql="ALTER TABLE runs ADD COLUMN replica TEXT")
+def m007_run_replica(db: Database) -> None:
+    """Which proxy process (replica) runs each run: an append reaching another replica fails at once."""
+    _run(db, "ALTER TABLE runs ADD COLUMN replica TEXT")
+
+
 def apply(db, *, stop_before: str | None = None) -> None:
     """Apply pending migrations (those before `stop_before`, if named) to either backend."""
     if db.dialect == "sqlite":

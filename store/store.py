@@ -47,6 +47,10 @@ class ConversationOfAnotherUser(StoreError):
     """A conversation id that belongs to another user (team server): it is never resumed or read."""
 
 
+FENCE_CHANNEL = "byok_fence"
+"""PostgreSQL NOTIFY channel: {"fenced": request id, "by": request id, "conversation_id"} per displaced run."""
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -249,11 +253,13 @@ class Store:
         mode: str | None = None,
         action: str | None = None,
         user_id: str | None = None,
+        replica: str | None = None,
     ) -> str | None:
         """Make this run the conversation's owner. Returns the request id it displaced (now
         canceled), if any. A request id can be claimed once. A conversation belongs to the user who
         began it (`user_id`, None = the single user): any other user's claim raises
-        ConversationOfAnotherUser and changes nothing."""
+        ConversationOfAnotherUser and changes nothing. On PostgreSQL the displaced run's replica hears
+        of it at once: a NOTIFY on FENCE_CHANNEL, delivered when this claim commits (fence.py)."""
         ts = self._now()
         with self.db.atomic():
             self._ensure_conversation(conversation_id, user_id)
@@ -268,8 +274,8 @@ class Store:
                 raise RunExists(f"run {request_id} already exists")
             self.db.execute(
                 "INSERT INTO runs(request_id, conversation_id, wire_run_id, model_public_id, mode, action,"
-                " status, started_at_ms, user_id) VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?)",
-                [request_id, conversation_id, wire_run_id, model_public_id, mode, action, ts, user_id],
+                " status, started_at_ms, user_id, replica) VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?)",
+                [request_id, conversation_id, wire_run_id, model_public_id, mode, action, ts, user_id, replica],
             )
             self.db.execute(
                 "UPDATE conversations SET active_request_id = ?, updated_at_ms = ? WHERE id = ?",
@@ -285,7 +291,15 @@ class Store:
                     "UPDATE llm_calls SET status = 'canceled' WHERE request_id = ? AND status = 'running'",
                     [previous],
                 )
+                if self.db.dialect == "postgresql":
+                    self.db.execute("SELECT pg_notify(?, ?)", [FENCE_CHANNEL, canonical_json(
+                        {"fenced": previous, "by": request_id, "conversation_id": conversation_id})])
         return previous if previous != request_id else None
+
+    def run_replica(self, request_id: str) -> str | None:
+        """The replica that claimed this request's run, or None (no run, or one without a replica)."""
+        row = self.db.execute("SELECT replica FROM runs WHERE request_id = ?", [request_id]).fetchone()
+        return None if row is None else row[0]
 
     def set_run_base(self, request_id: str, revision_id: int | None) -> None:
         self.db.execute("UPDATE runs SET base_revision_id = ? WHERE request_id = ?", [revision_id, request_id])

@@ -149,6 +149,7 @@ class Turn:
                 mode=self.mode.name,
                 action=self.request.action.WhichOneof("action"),
                 user_id=run.user,
+                replica=self.svc.replica,
             )
         except RunExists:
             raise AlreadyExists(f"request {run.request_id} already ran; it is not replayed") from None

@@ -261,6 +261,23 @@ class Runtime:
         if previous is not None and previous is not run and not previous.terminal:
             previous.cancel(RunCanceled(f"a newer run ({run.request_id}) started in this conversation"))
 
+    def fence_remote(self, request_id: str, by: str) -> bool:
+        """Another replica's claim displaced `request_id` (a NOTIFY from the store): if it runs here,
+        it ends canceled now, as a local newer run would end it. True when a live run was ended."""
+        run = self.run(request_id)
+        if run is None or run.terminal:
+            return False
+        if run.conversation_id and self.by_conversation.get(run.conversation_id) is not run:
+            return False  # a newer run of this conversation already runs here and ended it
+        run.cancel(RunCanceled(f"a newer run ({by}) started in this conversation on another replica"))
+        return True
+
+    def forget_unrouted(self, request_id: str) -> None:
+        """Drop the channel of a request this process will not serve (it runs on another replica)."""
+        ch = self.channels.get(request_id)
+        if ch is not None and not ch.route.done():
+            del self.channels[request_id]
+
     async def _finished(self, run: Run, error: RunError | None) -> None:
         self.finished[run.request_id] = run.outcome
         while len(self.finished) > self.max_finished:

@@ -55,6 +55,8 @@ class Services:
     claim_conversation: Callable[["Run", str], None] = lambda run, conversation_id: None
     web: Callable[[], "WebTools"] = lambda: _no_web()
     """The web backends as the providers file and options configure them now (web/__init__.py)."""
+    replica: str | None = None
+    """This proxy process's name in a team deployment (runs.replica); None for the single-user proxy."""
     team: Team = field(default_factory=Team)
     """The team file's answers (users' models, keys, budgets); without one, everyone may do anything."""
 

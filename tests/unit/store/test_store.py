@@ -374,3 +374,38 @@ def test_usage_since_sums_one_users_calls_per_model(store):
         ("m1", None): {"input": 200, "output": 20, "cache_read": 0, "cache_write": 0}}
     assert store.usage_since("alice", 6_000) == {}
     assert store.usage_since("carol", 0) == {}
+
+
+# ---- replicas ----------------------------------------------------------------------------------------
+
+
+def test_a_run_records_its_replica(store):
+    store.claim_run("r1", "c", replica="proxy-a")
+    assert store.run_replica("r1") == "proxy-a" and store.run_replica("nope") is None
+
+
+def test_a_displacing_claim_notifies_the_fence_channel_when_it_commits(pg_url):
+    import asyncio
+    import json
+
+    from byok.store.fence import FenceListener
+
+    async def scenario():
+        heard = []
+        listener = FenceListener(pg_url, lambda fenced, by: heard.append((fenced, by)))
+        listener.start()
+        await asyncio.wait_for(listener.listening.wait(), 10)
+        store = await asyncio.to_thread(Store.open, pg_url)
+        try:
+            await asyncio.to_thread(store.claim_run, "old", "c-fence")
+            await asyncio.to_thread(store.claim_run, "new", "c-fence")
+            for _ in range(200):
+                if heard:
+                    break
+                await asyncio.sleep(0.01)
+        finally:
+            await listener.stop()
+            await asyncio.to_thread(store.close)
+        return heard
+
+    assert asyncio.run(scenario()) == [("old", "new")]
