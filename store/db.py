@@ -12,6 +12,7 @@ an advisory lock, so replicas starting together migrate once.
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
 
 from . import migrations
@@ -41,12 +42,27 @@ def connect_sqlite(path: str | Path, *, synchronous: str = "FULL") -> SqliteData
         path = Path(path).expanduser()
     conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    conn.execute("PRAGMA journal_mode = WAL")
+    _use_wal(conn)
     conn.execute(f"PRAGMA synchronous = {synchronous}")
     conn.execute("PRAGMA foreign_keys = ON")
     db = SqliteDatabase(conn)
     migrations.apply(db)
     return db
+
+
+def _use_wal(conn: sqlite3.Connection) -> None:
+    """Switch a new file to WAL. The switch needs the file to itself and may answer "locked" without
+    waiting (another process is creating the same new file): retry within the busy timeout."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
 
 
 def connect_postgres(url: str, *, max_size: int = POOL_MAX_SIZE, migrate: bool = True) -> PostgresDatabase:
