@@ -18,3 +18,6 @@ CAPABILITIES: list[Callable[[TurnState], TurnHooks]] = [
     Compaction,  # before a call: compact a prompt that would not fit; after an overflow: compact once, retry
     Queue,  # before a call: deliver messages sent mid-run; at turn end: run them as the next turn
 ]
+
+# Capability modules append themselves (and their ConversationAction branches) when imported.
+from . import mcp  # noqa: E402,F401

@@ -77,7 +77,7 @@ def tool_payload(
     result: ToolResultItem, *, tool_round_id: str, call_index: int, tool_call_pb: bytes
 ) -> dict:
     """`tool_call_pb` = the completed, typed `agent.v1.ToolCall` (args, result, timestamps)."""
-    return {
+    payload = {
         "kind": "tool",
         "call_id": result.call_id,
         "name": result.name,
@@ -87,6 +87,9 @@ def tool_payload(
         "call_index": call_index,
         "tool_call": b64(tool_call_pb),
     }
+    if result.images:
+        payload["images"] = [_part_json(i) for i in result.images]
+    return payload
 
 
 def summary_payload(
@@ -193,7 +196,8 @@ def fold(messages: Sequence, blobs: Mapping[bytes, bytes] | None = None) -> list
             state = rounds.get(p["tool_round_id"])
             if state is None:
                 raise InternalError(f"tool result {p['call_id']!r} without its assistant call")
-            item = ToolResultItem(p["call_id"], p["name"], p["content"], p["is_error"])
+            item = ToolResultItem(p["call_id"], p["name"], p["content"], p["is_error"],
+                                  tuple(i for i in _parts(p.get("images", ())) if isinstance(i, ImagePart)))
             state["results"].append(item)
             out.append(FoldedItem(item))
         elif kind == "import":
@@ -316,11 +320,20 @@ def _tool_results_from_json(content) -> list[TranscriptItem]:
             continue
         output = part.get("output", part.get("result"))
         is_error = False
-        if isinstance(output, dict) and "type" in output:
+        images: list[ImagePart] = []
+        if isinstance(output, dict) and output.get("type") == "content" and isinstance(output.get("value"), list):
+            texts = []
+            for p in output["value"]:
+                if p.get("type") == "media" and isinstance(p.get("data"), str):
+                    images.append(ImagePart(p.get("mediaType") or "image/png", p["data"]))
+                elif p.get("type") == "text":
+                    texts.append(p.get("text", ""))
+            text = "\n\n".join(texts)
+        elif isinstance(output, dict) and "type" in output:
             is_error = output["type"].startswith("error")
             value = output.get("value")
             text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
         else:
             text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False, sort_keys=True)
-        results.append(ToolResultItem(part["toolCallId"], part.get("toolName", ""), text, is_error))
+        results.append(ToolResultItem(part["toolCallId"], part.get("toolName", ""), text, is_error, tuple(images)))
     return results

@@ -77,12 +77,15 @@ class Turn:
         self.tool_context = dataclasses.replace(
             tool_round.tool_context(request, self.conversation_id, self.mode.name), web=web)
         self.prefetched = request_parts.prefetched(request)
+        self.dynamic_tools = ()
         self.offered_tools = _offered_tools(self.mode, self.tools)
         self.execs = tool_round.new_exec_table(run)
         run.execs = self.execs
         self.hooks: list[TurnHooks] = [make(self) for make in capabilities.CAPABILITIES]
         start = actions.for_run(request)  # an unknown branch ends the run before anything is stored
         actions.install_mid_run(self)
+        for hook in self.hooks:
+            await hook.before_action(self)
         await self._load_base()
         try:
             if await start(self):
@@ -90,6 +93,13 @@ class Turn:
             await self._model_loop()
         finally:
             self._cancel_initial_publish()
+
+    def use_tools(self, tools, implementations: dict, dynamic=()) -> None:
+        """Replace this run's tool set: `tools` (the mode's, maybe fewer) then `dynamic` ones, and
+        the implementation of every name the model may call."""
+        self.tools, self.dynamic_tools = tuple(tools), tuple(dynamic)
+        self.offered_tools = dict(implementations)
+        self.ctx = dataclasses.replace(self.ctx, tools=self.tools, dynamic_tools=self.dynamic_tools)
 
     async def _resume(self) -> bool:
         """A dropped stream, retried from the client's last eligible checkpoint. A staged round in it

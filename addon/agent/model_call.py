@@ -71,7 +71,8 @@ class ModelCall:
         turn = self.turn
         svc, run, route = turn.svc, turn.run, turn.route
         items = provider_items(turn)
-        request = ModelRequest(route=route, system=turn.system_prompt, items=items, tools=turn.tools,
+        tools = (*turn.tools, *turn.dynamic_tools)
+        request = ModelRequest(route=route, system=turn.system_prompt, items=items, tools=tools,
                                cache_key=turn.conversation_id)
         adapter = adapter_for(route.kind)
         model_call_id = svc.ids.new("model-call")
@@ -80,7 +81,7 @@ class ModelCall:
             "call_index": self.call_index, "model_call_id": model_call_id, "provider": route.provider,
             "provider_kind": route.kind, "model_public_id": route.public_id, "model": route.model_id,
             "started_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-            "message_count": len(items), "tool_count": len(turn.tools),
+            "message_count": len(items), "tool_count": len(tools),
         }))
         cards = Cards(turn, model_call_id)
         self.metrics, self.cycle = CallMetrics(), ModelCycle()

@@ -116,7 +116,7 @@ class Round:
                 tool_round_id=self.round_id, round_size=len(self.calls),
             )
             t = history.tool_payload(
-                ToolResultItem(state.call_id, state.name, outcome.content, outcome.is_error),
+                ToolResultItem(state.call_id, state.name, outcome.content, outcome.is_error, tuple(outcome.images)),
                 tool_round_id=self.round_id, call_index=state.index, tool_call_pb=tool_call_pb,
             )
             request_id = turn.run.request_id

@@ -67,6 +67,9 @@ class ToolResultItem:
     content: str
     """Always a string: structured results are serialised to JSON once, at the Cursor boundary."""
     is_error: bool = False
+    images: tuple[ImagePart, ...] = ()
+    """Images returned with the result (MCP tools); each dialect sends them its own way when the
+    model takes images."""
 
 
 TranscriptItem = Union[UserItem, AssistantItem, ToolResultItem]
@@ -79,3 +82,6 @@ class ToolSpec:
     name: str
     description: str
     parameters: dict = field(default_factory=dict)
+    strict_parameters: dict | None = None
+    """The same schema in strict form (objects closed, every property required, optional ones
+    nullable), when it has one: dialects with a strict mode send this with strict on."""

@@ -59,6 +59,11 @@ class Services:
     """This proxy process's name in a team deployment (runs.replica); None for the single-user proxy."""
     team: Team = field(default_factory=Team)
     """The team file's answers (users' models, keys, budgets); without one, everyone may do anything."""
+    user_models: Callable[[], list[ModelRoute]] = lambda: []
+    """Every model of the providers file (subagent model choice by public id or display name)."""
+    live: dict = field(default_factory=dict)
+    """Process-wide state capabilities share between runs, by capability name (e.g. the subagent
+    registry that links a child run to the parent call that launched it)."""
 
 
 def _no_web() -> "WebTools":
@@ -82,6 +87,10 @@ class CallResult:
 class TurnHooks:
     """A capability's entry points. Each default does nothing; override what the capability needs.
     The loop awaits the hooks of every capability in registration order."""
+
+    async def before_action(self, turn: "TurnState") -> None:
+        """After the run claimed its conversation, before its base is loaded and its action starts
+        (e.g. choose the run's tools: a read-only child, dynamic MCP tools)."""
 
     async def before_model_call(self, turn: "TurnState") -> None:
         """Just before a provider request is built (e.g. compact the history, deliver queued input)."""
@@ -109,7 +118,8 @@ class TurnState(Protocol):
     route: ModelRoute
     mode: ModeAssets
     tools: "tuple[ToolSpec, ...]"
-    """The mode's tools this run offers (minus unconfigured web tools and what the request turns off)."""
+    """The mode's tools this run offers (minus unconfigured web tools and what the request turns off),
+    in order: the stable prefix of the provider's tool list."""
     system_prompt: str
     conversation_id: str
     messages: list[StoredMessage]
@@ -119,6 +129,8 @@ class TurnState(Protocol):
     call_index: int
     tool_context: "RunToolContext"
     offered_tools: dict[str, "ToolDef"]
+    dynamic_tools: tuple["ToolSpec", ...]
+    """Tools added after them for this run (MCP tools offered directly); counted as `mcp`."""
     execs: "ExecTable"
     prefetched: dict
     hooks: list[TurnHooks]
@@ -138,5 +150,7 @@ class TurnState(Protocol):
                              is_error: bool) -> None: ...
 
     async def _initial_checkpoint(self) -> None: ...
+
+    def use_tools(self, tools, implementations: dict[str, "ToolDef"], dynamic=()) -> None: ...
 
     def _cancel_initial_publish(self) -> None: ...

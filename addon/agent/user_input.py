@@ -48,7 +48,7 @@ async def context_section(turn: TurnState, context: apb.RequestContext | None,
                           refs: apb.RequestContextPartReferences | None) -> tuple[str, object]:
     """(the REQUEST_CONTEXT text, the fetched parts) of one input."""
     parts = await request_parts.context_parts(turn, refs) if refs is not None else None
-    return request_context.render_request_context(context, parts, offered_tools=turn.mode.tool_names), parts
+    return request_context.render_request_context(context, parts, offered_tools=tuple(turn.offered_tools)), parts
 
 
 def digest(text: str) -> str:
@@ -60,7 +60,11 @@ async def render(turn: TurnState, user_message: apb.UserMessage, context: apb.Re
                  action_context: Sequence[str] = ()) -> Rendered:
     """`action_context`: blocks the caller adds to ACTION_CONTEXT (e.g. an approved plan)."""
     section, parts = await context_section(turn, context, refs)
-    text = request_context.runtime_text(turn.mode, context, parts, user_message, now, action_context=action_context)
+    offered = tuple(turn.offered_tools)
+    for reason in request_context.left_out(context, parts, offered):
+        log.info("[%s] request context: %s (mode %s)", turn.run.request_id, reason, turn.mode.name)
+    text = request_context.runtime_text(turn.mode, context, parts, user_message, now, action_context=action_context,
+                                        offered_tools=offered)
     images = await request_parts.image_parts(turn, user_message)
     if images and not turn.route.supports_images:
         log.info("[%s] %d attached image(s) not sent: %s is configured without image input",

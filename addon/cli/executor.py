@@ -6,7 +6,8 @@ walk; also Glob's files-with-matches form), delete, diagnostics (scripted), writ
 (asyncio subprocess: start, stdout/stderr chunks as separate replies, then exit; with
 TIMEOUT_BEHAVIOR_BACKGROUND a command that outlives `timeout` is reported `backgrounded` and keeps
 writing to `<terminals_folder>/<shell_id>.txt`, which gets `exit_code: N` when it ends) and fetch
-(scripted pages, no network). After the terminal reply it always sends `stream_close{id}`.
+(scripted pages, no network), and with `mcp=ScriptedMcp(...)` the MCP execs (mcp_servers.py). After
+the terminal reply it always sends `stream_close{id}`.
 
 `ScriptedQueries` answers interaction queries: approve/reject per kind, AskQuestion answers,
 CreatePlan result, SwitchMode.
@@ -32,6 +33,7 @@ from pathlib import Path
 from byok.proto import agent_pb2 as apb
 
 from .client import CursorClient, Frame, handler_request_id
+from .mcp_servers import MCP_EXECS, ScriptedMcp
 
 A = apb.AgentClientMessage
 E = apb.ExecClientMessage
@@ -161,6 +163,7 @@ class LocalExecutor:
         read_line_limit: int | None = None,
         ls_depth: int = 3,
         misbehave: Sequence[Misbehave] = (),
+        mcp: "ScriptedMcp | None" = None,
     ) -> None:
         self.workspace = Path(workspace)
         self.terminals_folder = Path(terminals_folder) if terminals_folder else self.workspace / ".terminals"
@@ -169,6 +172,8 @@ class LocalExecutor:
         self.read_line_limit = read_line_limit
         self.ls_depth = ls_depth
         self.misbehave = list(misbehave)
+        self.mcp = mcp
+        """Answers the MCP execs (GetMcpTools, CallMcpTool, FetchMcpResource) when set."""
         self.log: list[apb.ExecServerMessage] = []
         """Every exec request received, in order."""
         self._next_shell_id = 1
@@ -266,6 +271,8 @@ class LocalExecutor:
         }.get(field_name or "")
         if handler is not None:
             yield handler(message.id, getattr(message, field_name))
+        elif field_name in MCP_EXECS and self.mcp is not None:
+            yield self.mcp.execute(message.id, field_name, getattr(message, field_name))
         elif field_name == "shell_stream_args":
             async for reply in self._shell(message.id, message.shell_stream_args):
                 yield reply

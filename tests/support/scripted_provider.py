@@ -132,6 +132,10 @@ class ScriptedProvider:
         self.host = host
         self.port = 0
         self._queues: dict[str, list[Script | Responder]] = {}
+        self._routed: dict[str, list[tuple[Any, Script | Responder]]] = {}
+        self.check_request: Any = None
+        """(path, parsed JSON body) -> an error text to answer 400 with (no script is used), or None.
+        Lets a test play a provider that validates what it is sent (e.g. tool schemas)."""
         self._requests: list[RecordedRequest] = []
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
@@ -171,16 +175,28 @@ class ScriptedProvider:
 
     # -- scripting and inspection (thread-safe)
 
-    def enqueue(self, where: str, *scripts: Script | Responder) -> None:
+    def enqueue(self, where: str, *scripts: Script | Responder, match: Any = None) -> None:
         """`where` is a provider kind (openai_chat, openai_responses, anthropic) or a path suffix. A
-        callable is called with the recorded request when it arrives and returns the script."""
+        callable is called with the recorded request when it arrives and returns the script.
+        With `match` (parsed JSON body -> bool), the scripts answer only requests it accepts, before
+        any unmatched script: concurrent conversations (subagents) each get their own answers."""
         key = PATHS.get(where, where)
         with self._lock:
-            self._queues.setdefault(key, []).extend(scripts)
+            if match is None:
+                self._queues.setdefault(key, []).extend(scripts)
+            else:
+                self._routed.setdefault(key, []).extend((match, s) for s in scripts)
 
     def pending(self, where: str) -> int:
+        key = PATHS.get(where, where)
         with self._lock:
-            return len(self._queues.get(PATHS.get(where, where), []))
+            return len(self._queues.get(key, [])) + len(self._routed.get(key, []))
+
+    def clear(self) -> None:
+        """Drop every queued script (a test that failed early must not answer the next test)."""
+        with self._lock:
+            self._queues.clear()
+            self._routed.clear()
 
     @property
     def requests(self) -> list[RecordedRequest]:
@@ -269,15 +285,27 @@ class ScriptedProvider:
         except ValueError:
             parsed = None
         path = target.split("?", 1)[0]
+        problem = self.check_request(path, parsed) if self.check_request is not None else None
         with self._cond:
-            script = self._pop(path)
+            if problem:
+                script = HttpError(400, {"error": {"message": problem, "type": "invalid_request_error"}})
+            else:
+                script = self._pop(path, parsed)
             rec = RecordedRequest(method, path, headers, body, parsed, time.time())
             rec.script = script(rec) if callable(script) else script
             self._requests.append(rec)
             self._cond.notify_all()
         return rec
 
-    def _pop(self, path: str) -> Script | Responder | None:
+    def _pop(self, path: str, body: Any = None) -> Script | Responder | None:
+        for key in sorted((k for k in self._routed if path.endswith(k)), key=len, reverse=True):
+            for i, (match, script) in enumerate(self._routed[key]):
+                try:
+                    accepted = bool(match(body))
+                except Exception:
+                    accepted = False
+                if accepted:
+                    return self._routed[key].pop(i)[1]
         keys = sorted((k for k in self._queues if path.endswith(k) and self._queues[k]), key=len, reverse=True)
         return self._queues[keys[0]].pop(0) if keys else None
 

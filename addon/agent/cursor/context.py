@@ -47,6 +47,7 @@ __all__ = [
     "ContextParts",
     "SelectedImageRef",
     "format_timestamp",
+    "left_out",
     "render_action_context",
     "render_open_files",
     "render_request_context",
@@ -200,6 +201,20 @@ def render_request_context(
             mcp,
         ]
     )
+
+
+def left_out(
+    ctx: apb.RequestContext | None, parts: ContextParts | None, offered_tools: Collection[str]
+) -> list[str]:
+    """Why each section the request carried is missing from this run's text (for the log): the
+    subagent definitions need Task, the MCP servers one of the MCP tools."""
+    full = render_request_context(ctx, parts)
+    offered = set(offered_tools)
+    reasons = []
+    for tag, tools in ((SUBAGENTS_TAG, _SUBAGENT_TOOLS), (MCP_TAG, _MCP_TOOLS)):
+        if f"<{tag}>" in full and not tools & offered:
+            reasons.append(f"<{tag}> left out: this run offers none of {', '.join(sorted(tools))}")
+    return reasons
 
 
 def _user_info(env: apb.RequestContextEnv) -> str:
@@ -734,6 +749,7 @@ def runtime_values(
     *,
     query: str | None = None,
     action_context: Iterable[str] = (),
+    offered_tools: Collection[str] | None = None,
 ) -> dict[str, str]:
     """The placeholder values of one run's runtime message (see `runtime_text`)."""
     ctx = request_context
@@ -742,7 +758,8 @@ def runtime_values(
         zone = ctx.env.time_zone if ctx is not None and ctx.HasField("env") else ""
         timestamp = format_timestamp(timestamp, zone)
     values = {
-        "REQUEST_CONTEXT": render_request_context(ctx, parts, offered_tools=mode.tool_names),
+        "REQUEST_CONTEXT": render_request_context(
+            ctx, parts, offered_tools=mode.tool_names if offered_tools is None else offered_tools),
         "OPEN_FILES": render_open_files(selected),
         "SELECTED_CONTEXT": render_selected_context(selected),
         "ACTION_CONTEXT": render_action_context(user_message, ctx, action_context),
@@ -768,15 +785,18 @@ def runtime_text(
     *,
     query: str | None = None,
     action_context: Iterable[str] = (),
+    offered_tools: Collection[str] | None = None,
 ) -> str:
     """The full text of the run's one runtime (user-role) message, rendered once.
 
     `timestamp` is a preformatted string or an aware datetime (shown in the user's time zone).
     `query` replaces `user_message.text` when the caller resolved the text from `text_blob_id`.
     `action_context` adds caller-built blocks (e.g. a background completion) to ACTION_CONTEXT.
+    `offered_tools` is the run's tool set when it differs from the mode's (a read-only subagent).
     The selected images travel separately: see `selected_images`.
     """
     values = runtime_values(
-        mode, request_context, parts, user_message, timestamp, query=query, action_context=action_context
+        mode, request_context, parts, user_message, timestamp, query=query, action_context=action_context,
+        offered_tools=offered_tools,
     )
     return mode.render_runtime(**values)

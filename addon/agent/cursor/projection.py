@@ -63,6 +63,8 @@ class ProjectionContext:
     """agent.v1.AgentMode of this run."""
     max_tokens: int | None = None
     """Context size to report when the client's state has none."""
+    dynamic_tools: tuple[ToolSpec, ...] = ()
+    """Tools offered after the mode's (MCP tools offered directly): the `mcp` category."""
 
 
 @dataclass(frozen=True)
@@ -201,6 +203,14 @@ def assistant_json(item: AssistantItem, *, pending_started_at_ms: int | None = N
     return msg
 
 
+def _tool_output(r: ToolResultItem) -> dict:
+    """AI SDK tool output: text (or error-text); a successful result with images is `content`."""
+    if r.images and not r.is_error:
+        return {"type": "content", "value": [{"type": "text", "text": r.content}] + [
+            {"type": "media", "data": i.data_b64, "mediaType": i.mime_type} for i in r.images]}
+    return {"type": "error-text" if r.is_error else "text", "value": r.content}
+
+
 def tool_root(results: Sequence[ToolResultItem]) -> bytes:
     first = results[0]
     return dumps(
@@ -208,8 +218,7 @@ def tool_root(results: Sequence[ToolResultItem]) -> bytes:
             "role": "tool",
             "id": first.call_id,
             "content": [
-                {"type": "tool-result", "toolCallId": r.call_id, "toolName": r.name,
-                 "output": {"type": "error-text" if r.is_error else "text", "value": r.content}}
+                {"type": "tool-result", "toolCallId": r.call_id, "toolName": r.name, "output": _tool_output(r)}
                 for r in results
             ],
         }
@@ -317,14 +326,18 @@ def _section(text: str, tag: str) -> str:
 
 def breakdown(used: int, max_tokens: int, system_prompt: str, tools: Sequence[ToolSpec],
               runtime_texts: Sequence[str], conversation_chars: int,
-              summary_text: str = "") -> apb.PromptTokenBreakdownSnapshot:
-    """The 8 categories; `conversation` takes the remainder so they sum exactly to `used`."""
+              summary_text: str = "", dynamic_tools: Sequence[ToolSpec] = ()) -> apb.PromptTokenBreakdownSnapshot:
+    """The 8 categories; `conversation` takes the remainder so they sum exactly to `used`.
+    `dynamic_tools` (MCP tools offered directly) count as `mcp` with the runtime MCP section."""
     estimates: dict[str, tuple[int, int]] = {
         "system_prompt": estimate_tokens(system_prompt),
-        "tools": estimate_tokens(json.dumps([[t.name, t.description, t.parameters] for t in tools])),
+        "tools": estimate_tokens(_tools_text(tools)),
     }
     for key, tag in SECTION_TAGS.items():
-        estimates[key] = estimate_tokens("".join(_section(t, tag) for t in runtime_texts))
+        text = "".join(_section(t, tag) for t in runtime_texts)
+        if key == "mcp" and dynamic_tools:
+            text += _tools_text(dynamic_tools)
+        estimates[key] = estimate_tokens(text)
     estimates["summarized_conversation"] = estimate_tokens(summary_text)
     fixed_keys = [k for k, _ in BREAKDOWN_LABELS if k != "conversation"]
     fixed_total = sum(estimates[k][0] for k in fixed_keys)
@@ -342,6 +355,10 @@ def breakdown(used: int, max_tokens: int, system_prompt: str, tools: Sequence[To
         tokens, chars = estimates[key]
         snapshot.categories.add(id=key, label=label, estimated_tokens=tokens, character_count=chars)
     return snapshot
+
+
+def _tools_text(tools: Sequence[ToolSpec]) -> str:
+    return json.dumps([[t.name, t.description, t.parameters] for t in tools])
 
 
 def _usage_total(usage: Mapping | None) -> int | None:
@@ -605,5 +622,6 @@ def _token_details(state: apb.ConversationStateStructure, ctx: ProjectionContext
     state.token_details.used_tokens = used
     state.token_details.max_tokens = max_tokens
     state.token_details.breakdown.CopyFrom(
-        breakdown(used, max_tokens, ctx.system_prompt, ctx.tools, runtime_texts, conversation_chars, summary_text)
+        breakdown(used, max_tokens, ctx.system_prompt, ctx.tools, runtime_texts, conversation_chars, summary_text,
+                  ctx.dynamic_tools)
     )

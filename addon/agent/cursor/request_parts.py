@@ -67,6 +67,20 @@ async def context_parts(turn, refs: apb.RequestContextPartReferences) -> Context
     return ContextParts(**found) if found else None
 
 
+async def part(turn, refs: apb.RequestContextPartReferences, name: str):
+    """One referenced part (e.g. "mcps"), fetched and decoded like `context_parts`; None when the
+    action does not reference it."""
+    for part_name, id_field, length_field, message_type in PARTS:
+        if part_name != name or not getattr(refs, id_field):
+            continue
+        data = await blob(turn, getattr(refs, id_field), f"request context {name}", getattr(refs, length_field))
+        try:
+            return message_type.FromString(data)
+        except DecodeError as e:
+            raise ProtocolError(f"request context {name} blob is not a {message_type.__name__}: {e}") from e
+    return None
+
+
 async def image_parts(turn, user_message: apb.UserMessage) -> list[ImagePart]:
     """Attached images as model input; an image sent only by blob id is fetched like any blob."""
     parts = []

@@ -22,7 +22,8 @@ Transcript mapping:
                      is never sent (it has no valid signature). An assistant with no content at all is
                      left out (the API rejects empty content).
   ToolResultItem  -> consecutive results form ONE user message of `tool_result` blocks
-                     ({tool_use_id, content, is_error only when true}); a user item right after them
+                     ({tool_use_id, content, is_error only when true}; content is [text, image...]
+                     when the result carries images and the model takes them); a user item right after them
                      joins that message (after the results, as the API requires).
 
 Stream fold:
@@ -135,7 +136,10 @@ def _messages(req: ModelRequest) -> list[dict]:
             case AssistantItem():
                 add("assistant", _assistant(item))
             case ToolResultItem():
-                block: dict = {"type": "tool_result", "tool_use_id": item.call_id, "content": item.content}
+                content: str | list = item.content
+                if item.images and req.route.supports_images:
+                    content = [{"type": "text", "text": item.content}] + [_user_block(i) for i in item.images]
+                block: dict = {"type": "tool_result", "tool_use_id": item.call_id, "content": content}
                 if item.is_error:
                     block["is_error"] = True
                 add("user", [block])

@@ -22,6 +22,8 @@ Transcript mapping:
                      `reasoning`), only on a message that carries tool calls, never "", and not when
                      reasoning_details hold it. DeepSeek requires it there and rejects it elsewhere.
   ToolResultItem  -> {"role": "tool", "tool_call_id", "content"} in transcript (completion) order.
+                     A tool message holds text only: images a result carries (MCP tools) follow the
+                     round's tool messages as one user message, when the model takes images.
 
 Stream fold: reasoning (`delta.reasoning_content`, `delta.reasoning`, or the text inside
 `delta.reasoning_details` / `delta.thinking_blocks`) -> thinking, `delta.content` -> text,
@@ -90,7 +92,11 @@ def _messages(req: ModelRequest) -> list[dict]:
     out: list[dict] = []
     if req.system:
         out.append({"role": "system", "content": req.system})
+    images: list[dict] = []  # images of the current run of tool results (a tool message holds text only)
     for item in req.items:
+        if not isinstance(item, ToolResultItem) and images:
+            out.append({"role": "user", "content": images})
+            images = []
         match item:
             case UserItem():
                 out.append({"role": "user", "content": _user_content(item)})
@@ -98,6 +104,11 @@ def _messages(req: ModelRequest) -> list[dict]:
                 out.append(_assistant(item))
             case ToolResultItem():
                 out.append({"role": "tool", "tool_call_id": item.call_id, "content": item.content})
+                if item.images and req.route.supports_images:
+                    images.append({"type": "text", "text": f"The images returned by tool call {item.call_id}:"})
+                    images += [{"type": "image_url", "image_url": {"url": data_url(i)}} for i in item.images]
+    if images:
+        out.append({"role": "user", "content": images})
     return out
 
 

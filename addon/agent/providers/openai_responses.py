@@ -6,7 +6,8 @@ Request (`POST {base_url}/responses`, `Authorization: Bearer <key>`):
   `reasoning: {effort, summary: "auto"}`, `include: ["reasoning.encrypted_content"]`, `store: false`;
   prompt_cache_key (the conversation id, only when the provider sets `prompt_cache_key = true`);
   tools (when any, `strict: false` because Responses makes functions strict by default and Cursor's
-  tool schemas have optional parameters), instructions (the system prompt, when non-empty), and
+  tool schemas have optional parameters; a tool with a strict form, an MCP tool offered directly, goes
+  `strict: true` with that form), instructions (the system prompt, when non-empty), and
   input last (the bytes of a request start with the previous request's). Then `extra_body` merged last. `max_output_tokens` is not sent (it is the model's limit, already the
   provider's default); `thinking_budget_tokens` is an Anthropic knob: a ConfigError here.
 
@@ -16,7 +17,9 @@ Transcript mapping:
                      output items in their original order (reasoning incl. encrypted_content, message,
                      function_call). Without it: an output_text message (when there is text) and one
                      function_call item per call, arguments byte-exact.
-  ToolResultItem  -> {"type": "function_call_output", "call_id", "output"} in transcript order.
+  ToolResultItem  -> {"type": "function_call_output", "call_id", "output"} in transcript order; the
+                     output is [input_text, input_image...] when the result carries images and the
+                     model takes them.
   When the final body has `store: false`, replayed items lose their `id` (the server did not keep
   them, and echoing an id makes it look them up) and reasoning items without encrypted_content are
   dropped (they only point at server state that does not exist). Nothing else is changed.
@@ -71,11 +74,7 @@ def build_request(req: ModelRequest) -> HttpRequest:
     if route.prompt_cache_key and req.cache_key:
         body["prompt_cache_key"] = req.cache_key
     if req.tools:
-        body["tools"] = [
-            {"type": "function", "name": t.name, "description": t.description,
-             "parameters": schema(t.parameters), "strict": False}
-            for t in req.tools
-        ]
+        body["tools"] = [_function(t) for t in req.tools]
     if req.system:
         body["instructions"] = req.system
     body["input"] = _input(req)
@@ -84,6 +83,16 @@ def build_request(req: ModelRequest) -> HttpRequest:
         body["input"] = _stateless(body["input"])
     auth = {"authorization": f"Bearer {key}"} if key else {}
     return HttpRequest(url=endpoint(route, PATH), headers=json_headers(route, auth), body=body)
+
+
+def _function(tool) -> dict:
+    """A tool with a strict form (MCP tools offered directly) goes strict; the catalog's own tools,
+    which have optional parameters, do not."""
+    if tool.strict_parameters is not None:
+        return {"type": "function", "name": tool.name, "description": tool.description,
+                "parameters": tool.strict_parameters, "strict": True}
+    return {"type": "function", "name": tool.name, "description": tool.description,
+            "parameters": schema(tool.parameters), "strict": False}
 
 
 def _input(req: ModelRequest) -> list[dict]:
@@ -95,7 +104,11 @@ def _input(req: ModelRequest) -> list[dict]:
             case AssistantItem():
                 out += _assistant(item)
             case ToolResultItem():
-                out.append({"type": "function_call_output", "call_id": item.call_id, "output": item.content})
+                output: str | list = item.content
+                if item.images and req.route.supports_images:
+                    output = [{"type": "input_text", "text": item.content}] + [
+                        {"type": "input_image", "image_url": data_url(i)} for i in item.images]
+                out.append({"type": "function_call_output", "call_id": item.call_id, "output": output})
     return out
 
 

@@ -14,6 +14,7 @@ from byok.agent.cursor.context import (
     format_timestamp,
     render_action_context,
     render_open_files,
+    left_out,
     render_request_context,
     render_selected_context,
     runtime_text,
@@ -204,13 +205,13 @@ def test_subagents_and_mcp():
 
 def test_sections_about_unoffered_tools_are_left_out():
     everything = render_request_context(context(), full_parts(), offered_tools=ALL_TOOLS)
-    agent_tools = load_assets().mode("agent").tool_names
-    text = render_request_context(context(), full_parts(), offered_tools=agent_tools)
+    ask_tools = load_assets().mode("ask").tool_names
+    text = render_request_context(context(), full_parts(), offered_tools=ask_tools)
     assert sections(text) == ["user_info", "git_status", "agent_transcripts", "rules", "agent_skills"]
     assert "<subagents>" in everything and "<mcp_meta_tools>" in everything
-    with_task = render_request_context(context(), full_parts(), offered_tools=[*agent_tools, "Task"])
+    with_task = render_request_context(context(), full_parts(), offered_tools=[*ask_tools, "Task"])
     assert "<subagents>" in with_task and "<mcp_meta_tools>" not in with_task
-    with_mcp = render_request_context(context(), full_parts(), offered_tools=[*agent_tools, "GetMcpTools"])
+    with_mcp = render_request_context(context(), full_parts(), offered_tools=[*ask_tools, "GetMcpTools"])
     assert "<mcp_meta_tools>" in with_mcp and "<subagents>" not in with_mcp
 
 
@@ -396,7 +397,9 @@ def test_runtime_text_per_mode(mode):
     order = ["<user_info>", "<git_status>", "<agent_transcripts>", "<rules>", "<agent_skills>",
              "<system_reminder>", "<open_and_recently_viewed_files>", "<attached_context>", "<timestamp>", "<user_query>"]  # fmt: skip
     assert [text.index(tag) for tag in order] == sorted(text.index(tag) for tag in order)
-    assert "<subagents>" not in text and "<mcp_meta_tools>" not in text  # no Task / MCP tools offered yet
+    offered = set(assets.mode(mode).tool_names)
+    assert ("<subagents>" in text) == ("Task" in offered)
+    assert ("<mcp_meta_tools>" in text) == bool(offered & {"GetMcpTools", "CallMcpTool", "FetchMcpResource"})
     assert not re.search(r"<([\w-]+)[^>]*>\s*</\1>", text)
     assert "\n\n\n" not in text
 
@@ -432,3 +435,14 @@ def test_debug_config_does_not_disturb_modes_without_debug_placeholders():
     ctx.debug_mode_config.CopyFrom(apb.DebugModeConfig(log_path="/tmp/debug.log", server_endpoint="http://127.0.0.1:7777", session_id="s1"))
     text = runtime_text(load_assets().mode("agent"), ctx, None, apb.UserMessage(text="q"), "T")
     assert "/tmp/debug.log" not in text
+
+
+def test_left_out_names_each_section_the_run_cannot_use():
+    ask_tools = load_assets().mode("ask").tool_names
+    reasons = left_out(context(), full_parts(), ask_tools)
+    assert reasons == [
+        "<subagents> left out: this run offers none of Task",
+        "<mcp_meta_tools> left out: this run offers none of CallMcpTool, FetchMcpResource, GetMcpTools",
+    ]
+    assert left_out(context(), full_parts(), ["Task", "GetMcpTools"]) == []
+    assert left_out(context(), None, ask_tools) == []  # nothing carried, nothing left out

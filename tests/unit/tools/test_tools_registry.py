@@ -23,6 +23,8 @@ SAMPLES = {
     "AskQuestion": {"questions": [{"id": "q", "prompt": "p", "options": [{"id": "a", "label": "A"}, {"id": "b", "label": "B"}]}]},
     "CreatePlan": {"name": "n", "overview": "o", "plan": "p"}, "SwitchMode": {"target_mode_id": "plan"},
     "WebFetch": {"url": "https://x.dev"}, "WebSearch": {"search_term": "q"}, "GenerateImage": {"description": "d"},
+    "GetMcpTools": {"server": "s"}, "CallMcpTool": {"server": "s", "toolName": "t", "arguments": {"a": [1, "x"]}},
+    "FetchMcpResource": {"server": "s", "uri": "file:///r"},
 }
 
 

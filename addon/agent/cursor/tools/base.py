@@ -40,6 +40,9 @@ class ToolOutcome:
     is_error: bool = False
     args: Message | None = None
     """Replaces the card's args when execution refined them (e.g. edit stream content)."""
+    images: tuple = ()
+    """Images the result carries (`transcript.ImagePart`, e.g. from an MCP tool); the content
+    string names each one, so a model without image input still knows they exist."""
 
 
 @dataclass(frozen=True)

@@ -20,14 +20,18 @@
 | WebFetch          | interaction + exec | web_fetch_tool_call           | web_fetch_request_query, then fetch_args       | ..._response, then fetch_result     |
 | WebSearch         | interaction        | web_search_tool_call          | web_search_request_query (then "not configured") | web_search_request_response       |
 | GenerateImage     | interaction        | generate_image_tool_call      | generate_image_request_query (then "not configured") | generate_image_request_response |
+| GetMcpTools       | exec               | get_mcp_tools_tool_call       | mcp_state_exec_args                            | mcp_state_exec_result               |
+| CallMcpTool       | exec               | mcp_tool_call                 | mcp_args (the exact cached definition)         | mcp_result                          |
+| FetchMcpResource  | exec               | read_mcp_resource_tool_call   | read_mcp_resource_exec_args                    | read_mcp_resource_exec_result       |
 
 `ctx.extra` keys the dispatcher provides: `todos` (TodoWrite: the current list of TodoItem),
-`now_ms` (TodoWrite timestamps, optional), `message_index` (UpdateCurrentStep, required).
+`now_ms` (TodoWrite timestamps, optional), `message_index` (UpdateCurrentStep, required), `mcp`
+(the run's McpTable, from the MCP capability). MCP tools offered directly are not in this table:
+they are built per run (`mcp.direct_tool`).
 
 How the dispatcher uses a ToolDef: `decode_args(text)` then `tool.parse(args, call_id, ctx)`; a
 `ToolArgsError` from either becomes `invalid_args_outcome(tool, str(e))` (card shown and closed, no
 exec). A name not in this run's tool set becomes `unknown_tool_outcome(name, available)`.
-Task and the MCP tools are not here yet.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from .edit import STR_REPLACE, WRITE
 from .files import DELETE, GLOB, GREP, LS, READ, READ_LINTS
 from .interaction import ASK_QUESTION, CREATE_PLAN, GENERATE_IMAGE, SWITCH_MODE, WEB_FETCH, WEB_SEARCH
 from .local import TODO_WRITE, UPDATE_CURRENT_STEP
+from .mcp import CALL_MCP_TOOL, FETCH_MCP_RESOURCE, GET_MCP_TOOLS
 from .shell import AWAIT_SHELL, SHELL
 
 __all__ = ["REGISTRY", "decode_args", "invalid_args_outcome", "lookup", "unknown_tool_outcome"]
@@ -51,6 +56,7 @@ REGISTRY: Mapping[str, ToolDef] = MappingProxyType({
         READ, LS, GREP, GLOB, DELETE, READ_LINTS, WRITE, STR_REPLACE, SHELL, AWAIT_SHELL,
         TODO_WRITE, UPDATE_CURRENT_STEP,
         ASK_QUESTION, CREATE_PLAN, SWITCH_MODE, WEB_FETCH, WEB_SEARCH, GENERATE_IMAGE,
+        GET_MCP_TOOLS, CALL_MCP_TOOL, FETCH_MCP_RESOURCE,
     )
 })
 
