@@ -187,7 +187,9 @@ def test_get_mcp_tools_then_call_with_text_and_error_results(env, tmp_path, kind
 
     # the servers' tools were also offered directly, after the mode's tools
     names = turns.tool_names(kind, turn.requests[0].json)
-    assert names == [*AGENT_TOOLS, "mcp_user-docs__search", "mcp_user-docs__explode", "mcp_user-docs__screenshot"]
+    assert names[-3:] == ["mcp_user-docs__search", "mcp_user-docs__explode", "mcp_user-docs__screenshot"]
+    assert names[:-3] == [n for n in AGENT_TOOLS if n in names[:-3]]  # the mode's tools first, in order
+    assert {"GetMcpTools", "CallMcpTool", "FetchMcpResource"} <= set(names[:-3])
     # and they count in the breakdown's `mcp` category, with the runtime message's <mcp_meta_tools>
     final = turn.result.checkpoints()[-1].token_details.breakdown
     mcp_tokens = {c.id: c.estimated_tokens for c in final.categories}["mcp"]
