@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 from rich.text import Text
 
 from .common import (
-    CA_CERT, CA_KEY, console, db_arg, default_config, default_confdir, default_db, default_proxy, platform_name, proxy_status,
+    CA_CERT, CA_KEY, console, db_arg, default_config, iso_ms, default_confdir, default_db, default_proxy, platform_name, proxy_status,
 )
 from .output import line
 
@@ -216,6 +216,8 @@ def check_db(path: Path | str) -> tuple[Check, dict]:
             facts[table] = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
         facts["last_frame_ms"] = conn.execute("SELECT max(ts_ms) FROM frames").fetchone()[0]
         facts["last_run_ms"] = conn.execute("SELECT max(started_at_ms) FROM runs").fetchone()[0]
+        if server:
+            facts["server"] = server_facts(conn)
         conn.close()
     except Exception as e:
         if server:
@@ -225,6 +227,33 @@ def check_db(path: Path | str) -> tuple[Check, dict]:
             "is it a cursor-byok database? move it aside; the proxy creates a new one"]), facts
     return Check("database", "ok", f"{shown}: {facts['runs']} runs, {facts['llm_calls']} provider calls, "
                  f"{facts['frames']} frames"), facts
+
+
+def server_facts(conn) -> dict:
+    """What a team server's store says about its replicas and users (runs of the last 24 hours)."""
+    import time
+
+    since = int(time.time() * 1000) - 86_400_000
+    replicas = [tuple(r) for r in conn.execute(
+        "SELECT coalesce(replica, '-'), count(*), max(started_at_ms),"
+        " sum(CASE WHEN status = 'running' THEN 1 ELSE 0 END) FROM runs WHERE started_at_ms >= ?"
+        " GROUP BY 1 ORDER BY 1", [since]).fetchall()]
+    users = conn.execute("SELECT count(DISTINCT user_id) FROM runs WHERE started_at_ms >= ?", [since]).fetchone()[0]
+    migrations = [r[0] for r in conn.execute("SELECT name FROM _byok_migrations ORDER BY id").fetchall()]
+    return {"replicas": replicas, "users_24h": users, "schema": migrations[-1] if migrations else None}
+
+
+def check_server(facts: dict) -> Check | None:
+    """Only for a PostgreSQL store: which replicas served runs lately, how many users, the schema."""
+    server = facts.get("server")
+    if server is None:
+        return None
+    if not server["replicas"]:
+        return Check("team server", "info", f"no runs in the last 24 hours; schema at {server['schema']}")
+    seen = "; ".join(f"{name} ({count} runs, {running} running, last {iso_ms(last)})"
+                     for name, count, last, running in server["replicas"])
+    return Check("team server", "ok", f"last 24 hours: {len(server['replicas'])} replica(s): {seen}; "
+                 f"{server['users_24h']} user(s); schema at {server['schema']}")
 
 
 def check_proxy(proxy: str, pem: bytes | None, timeout: float = 2.0) -> Check:
@@ -386,7 +415,8 @@ def run(args: argparse.Namespace) -> int:
     checks = [
         ca, check_trust(pem, os_name, args.system_ca_bundle, confdir),
         check_providers(args.config or default_config(), served),
-        db_check, check_proxy(proxy, pem, args.timeout), check_listener(proxy), check_traffic(facts, args.recent),
+        db_check, *filter(None, [check_server(facts)]),
+        check_proxy(proxy, pem, args.timeout), check_listener(proxy), check_traffic(facts, args.recent),
         *check_cursor_settings(settings_path, proxy),
     ]
     out = console()

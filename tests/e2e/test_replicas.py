@@ -54,7 +54,7 @@ def sql(url: str, query: str, params=()) -> list[tuple]:
         return conn.execute(query, params).fetchall()
 
 
-def test_a_newer_run_on_another_replica_fences_the_older_one_at_once(replicas, provider):
+def test_a_newer_run_on_another_replica_fences_the_older_one_at_once(replicas, provider, tmp_path, capsys):
     a, b, model, db = replicas
     slow = Sse([Ev(item, delay_s=0.4) for item in CHAT.text_reply("a slow answer that gets cut", pieces=12).items])
     provider.enqueue("openai_chat", slow, CHAT.text_reply("the newer answer"))
@@ -85,6 +85,15 @@ def test_a_newer_run_on_another_replica_fences_the_older_one_at_once(replicas, p
     assert replicas_of == {older.request_id: "replica-a", newer.request_id: "replica-b"}
     texts = [json.loads(p)["text"] for (p,) in sql(db, "SELECT payload FROM messages WHERE role = 'assistant'")]
     assert texts == ["the newer answer"]
+
+    # the operator's doctor against the server: both replicas, the schema
+    from byok.cli import main as cli
+
+    cli(["doctor", "--db", db, "--proxy", a.url, "--confdir", str(a.confdir), "--config", str(a.config),
+         "--cursor-settings", str(tmp_path / "none.json"), "--os", "linux"])
+    out = capsys.readouterr().out
+    assert "team server" in out and "2 replica(s): replica-a (1 runs" in out and "replica-b (1 runs" in out
+    assert "schema at m0" in out and "byok@" in out  # the URL shown, without a password
 
 
 def test_kill9_of_a_replica_mid_round_and_the_retry_on_another_resumes(replicas, provider, tmp_path):

@@ -1,0 +1,20 @@
+# The cursor-byok team server: mitmdump + the addon + psycopg, run as an unprivileged user.
+# Build: docker build -t cursor-byok .   Run: see compose.yaml and docs/team.md ("Deployment").
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY addon ./addon
+COPY store ./store
+COPY proto ./proto
+COPY prompt ./prompt
+RUN pip install '.[team]'
+COPY deploy/entrypoint.sh /usr/local/bin/byok-entrypoint
+
+# The CA lives in /data/mitmproxy (a volume: keep it, every replica and client shares it).
+RUN useradd --system --home-dir /data --create-home byok && mkdir -p /data/mitmproxy && chown -R byok /data
+USER byok
+VOLUME ["/data"]
+EXPOSE 8080
+ENTRYPOINT ["byok-entrypoint"]
