@@ -2,6 +2,7 @@
 
     python bench/vs_bare.py                    # every measurement
     python bench/vs_bare.py --only ttft,pace   # some of them: startup, ttft, pace, burst, memory
+    python bench/vs_bare.py --no-h2            # RunSSE only (else RunSSE and HTTP/2 Run, each)
 
 Both proxies relay the same Cursor-like client (new TLS connections for every turn: a new client
 per turn). The bare mitmdump passes RunSSE to a local TLS "Cursor backend" that streams N
@@ -11,7 +12,8 @@ what the addon costs: work before the first text, per streamed event, at start-u
 
 Measured:
 - startup:  process start until ready (bare: "proxy listening"; addon: "cursor-byok ready")
-- ttft:     run start until the first text_delta (instant provider / instant upstream), p50
+- ttft:     run start until the first text_delta (instant provider / instant upstream), p50, and
+            the proxy CPU a one-token turn costs (CPU time: not inflated by load elsewhere)
 - pace:     per-event latency at 200 events/s (send stamp -> client), p50 / p99
 - burst:    1,000 events as fast as the source can: events/s at the client, p50 latency
 - memory:   RSS after 20 and after 100 turns (addon: one conversation of 100 turns)
@@ -40,7 +42,8 @@ from byok.agent.cursor import updates  # noqa: E402
 from byok.cli.client import CursorClient, user_turn_request  # noqa: E402
 from tests.e2e.conftest import start_proxy  # noqa: E402
 from tests.e2e.harness import MITMDUMP, free_port, without_proxy_env  # noqa: E402
-from tests.support.fake_cursor import FakeCursor  # noqa: E402
+from tests.support.fake_cursor import FakeCursor, self_signed  # noqa: E402
+from byok.cli.h2client import H2CursorClient  # noqa: E402
 from tests.support.scripted_provider import CHAT, Ev, ScriptedProvider, Sse  # noqa: E402
 
 from bench.proxy_overhead import StampEv, latencies  # noqa: E402
@@ -75,6 +78,82 @@ class StampedCursor(FakeCursor):
             await writer.drain()
         end = connect.encode_end_stream()
         writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(end), end))
+        await writer.drain()
+
+
+class StampedH2Cursor:
+    """The bare path's HTTP/2 agent host: a Run streams `tokens` stamped text_delta frames after the
+    client's first message, then `{}` and END_STREAM."""
+
+    tokens = 1
+    interval_ms = 0.0
+
+    def __init__(self) -> None:
+        self._dir = tempfile.TemporaryDirectory()
+        self._loop = asyncio.new_event_loop()
+        self._started = threading.Event()
+        self.port = 0
+
+    def start(self) -> "StampedH2Cursor":
+        import ssl
+
+        cert, key = self_signed(Path(self._dir.name), "agentn.api5.cursor.sh")
+        self._ssl = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self._ssl.load_cert_chain(cert, key)
+        self._ssl.set_alpn_protocols(["h2"])
+        threading.Thread(target=self._run, daemon=True).start()
+        self._started.wait(10)
+        return self
+
+    def stop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+
+        async def main() -> None:
+            server = await asyncio.start_server(self._connection, "127.0.0.1", 0, ssl=self._ssl)
+            self.port = server.sockets[0].getsockname()[1]
+            self._started.set()
+
+        self._loop.run_until_complete(main())
+        self._loop.run_forever()
+
+    async def _connection(self, reader, writer) -> None:
+        import h2.config
+        import h2.connection
+        import h2.events
+
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding="utf-8"))
+        conn.initiate_connection()
+        writer.write(conn.data_to_send())
+        answering: set[int] = set()
+        try:
+            while data := await reader.read(65536):
+                for event in conn.receive_data(data):
+                    if isinstance(event, h2.events.RequestReceived):
+                        conn.send_headers(event.stream_id, [(":status", "200"),
+                                                            ("content-type", "application/connect+proto")])
+                    elif isinstance(event, h2.events.DataReceived):
+                        conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                        if event.stream_id not in answering:
+                            answering.add(event.stream_id)
+                            asyncio.ensure_future(self._answer(conn, writer, event.stream_id))
+                writer.write(conn.data_to_send())
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+
+    async def _answer(self, conn, writer, stream_id: int) -> None:
+        for _ in range(self.tokens):
+            if self.interval_ms:
+                await asyncio.sleep(self.interval_ms / 1000)
+            frame = connect.encode_envelope(updates.text_delta(f"<{time.monotonic():.9f}>").SerializeToString())
+            conn.send_data(stream_id, frame)
+            writer.write(conn.data_to_send())
+            await writer.drain()
+        conn.send_data(stream_id, connect.encode_end_stream(), end_stream=True)
+        writer.write(conn.data_to_send())
         await writer.drain()
 
 
@@ -133,7 +212,8 @@ def rss_mib(pid: int) -> float:
 
 # ---- one turn on either path ----------------------------------------------------------------------
 
-async def one_turn(client: CursorClient, request) -> tuple[float, list[tuple[str, float]], object]:
+async def one_turn(client: CursorClient, request, *, end_request_early: bool = False
+                   ) -> tuple[float, list[tuple[str, float]], object]:
     seen: list[tuple[str, float]] = []
     first: list[float] = []
     t0 = time.monotonic()
@@ -142,37 +222,93 @@ async def one_turn(client: CursorClient, request) -> tuple[float, list[tuple[str
         if frame.kind == "interaction_update.text_delta":
             if not first:
                 first.append(frame.t)
+                if end_request_early:  # bare mitmproxy 11 holds a Run's response end until the request ends
+                    asyncio.ensure_future(client.end_request(result_id[0]))
             seen.append((frame.message.interaction_update.text_delta.text, frame.t))
 
+    result_id = [str(uuid.uuid4())]
+
     async with client:
-        result = await client.run(request, on_frame=on_frame)
+        result = await client.run(request, on_frame=on_frame, request_id=result_id[0])
     if result.end_error is not None:
         raise RuntimeError(f"run failed: {result.end_error}")
     return (first[0] - t0) * 1000, seen, result
 
 
+def _serve_sources(conn) -> None:
+    """The other process: the scripted provider and the stamped upstream, driven over a pipe, so the
+    sources never share a GIL with the measuring client (they would slow each other's bursts)."""
+    provider = ScriptedProvider().start()
+    upstream = StampedCursor(frame_delay_s=0).start()
+    h2_upstream = StampedH2Cursor().start()
+    conn.send((provider.base_url, upstream.port, h2_upstream.port))
+    while True:
+        command, tokens, interval_ms = conn.recv()
+        if command == "stop":
+            break
+        if command == "chat":
+            provider.enqueue("openai_chat", stamped_chat(tokens, interval_ms))
+        elif command == "upstream":
+            upstream.tokens, upstream.interval_ms = tokens, interval_ms
+        else:
+            h2_upstream.tokens, h2_upstream.interval_ms = tokens, interval_ms
+        conn.send("ok")
+    provider.stop()
+    upstream.stop()
+
+
+class Sources:
+    def __init__(self) -> None:
+        import multiprocessing
+
+        self._conn, child = multiprocessing.Pipe()
+        self._process = multiprocessing.get_context("fork").Process(target=_serve_sources, args=(child,),
+                                                                    daemon=True)
+        self._process.start()
+        self.base_url, self.upstream_port, self.h2_upstream_port = self._conn.recv()
+
+    def set(self, command: str, tokens: int, interval_ms: float) -> None:
+        self._conn.send((command, tokens, interval_ms))
+        self._conn.recv()
+
+    def stop(self) -> None:
+        self._conn.send(("stop", 0, 0))
+        self._process.join(10)
+
+
 class Paths:
     def __init__(self, work: Path) -> None:
-        self.provider = ScriptedProvider().start()
-        self.upstream = StampedCursor(frame_delay_s=0).start()
-        self.addon, ids = start_proxy(work / "addon", self.provider)
+        self.sources = Sources()
+        self.addon, ids = start_proxy(work / "addon", self.sources)  # reads .base_url
         self.model = ids["openai_chat"]
-        self.bare = BareProxy(work / "bare", self.upstream.port).start()
+        self.bare = BareProxy(work / "bare", self.sources.upstream_port).start()
+        self.bare_h2 = BareProxy(work / "bare-h2", self.sources.h2_upstream_port).start()
 
     def close(self) -> None:
-        for stop in (self.addon.stop, self.bare.stop, self.provider.stop, self.upstream.stop):
+        for stop in (self.addon.stop, self.bare.stop, self.bare_h2.stop, self.sources.stop):
             try:
                 stop()
             except Exception:
                 pass
 
     def bare_turn(self, tokens: int, interval_ms: float):
-        self.upstream.tokens, self.upstream.interval_ms = tokens, interval_ms
+        self.sources.set("upstream", tokens, interval_ms)
         request = user_turn_request("bench", model_id="cursor-official-model")
         return asyncio.run(one_turn(self.bare.client(), request))
 
+    def bare_h2_turn(self, tokens: int, interval_ms: float):
+        self.sources.set("h2", tokens, interval_ms)
+        client = H2CursorClient(f"http://127.0.0.1:{self.bare_h2.port}", self.bare_h2.ca_file)
+        request = user_turn_request("bench", model_id="cursor-official-model")
+        return asyncio.run(one_turn(client, request, end_request_early=True))
+
+    def addon_h2_turn(self, tokens: int, interval_ms: float, request=None):
+        self.sources.set("chat", tokens, interval_ms)
+        client = H2CursorClient(self.addon.url, self.addon.ca_file)
+        return asyncio.run(one_turn(client, request or user_turn_request("bench", model_id=self.model)))
+
     def addon_turn(self, tokens: int, interval_ms: float, request=None):
-        self.provider.enqueue("openai_chat", stamped_chat(tokens, interval_ms))
+        self.sources.set("chat", tokens, interval_ms)
         request = request or user_turn_request("bench", model_id=self.model)
         return asyncio.run(one_turn(self.addon.client(), request))
 
@@ -203,25 +339,54 @@ def measure_startup(runs: int) -> list[str]:
                 f"{a50 * 1000:.0f} ms", f"+{(a50 - b50) * 1000:.0f} ms", "≤ +300 ms")]
 
 
-def measure_ttft(paths: Paths, turns: int) -> list[str]:
-    bare, addon = [], []
+class Transport:
+    """One way of carrying a run: the bare path and the addon path for it, and their processes."""
+
+    def __init__(self, name: str, bare, addon, bare_pid: int, addon_pid: int) -> None:
+        self.name, self.bare, self.addon, self.bare_pid, self.addon_pid = name, bare, addon, bare_pid, addon_pid
+
+    @staticmethod
+    def all(paths: Paths) -> list["Transport"]:
+        return [Transport("RunSSE", paths.bare_turn, paths.addon_turn, paths.bare.pid, paths.addon.process.pid),
+                Transport("HTTP/2 Run", paths.bare_h2_turn, paths.addon_h2_turn, paths.bare_h2.pid,
+                          paths.addon.process.pid)]
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds the process's threads have run (schedstat, ns): load elsewhere does not inflate it."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # a thread that ended meanwhile
+    return total / 1e9
+
+
+def measure_ttft(t: Transport, turns: int) -> list[str]:
+    bare, addon, bare_cpu, addon_cpu = [], [], [], []
     for _ in range(turns):  # interleaved, so drift in machine load hits both alike
-        bare.append(paths.bare_turn(1, 0)[0])
-        addon.append(paths.addon_turn(1, 0)[0])
+        for fn, pid, times, cpu in ((t.bare, t.bare_pid, bare, bare_cpu), (t.addon, t.addon_pid, addon, addon_cpu)):
+            before = cpu_s(pid)
+            times.append(fn(1, 0)[0])
+            cpu.append(cpu_s(pid) - before)
     b50, a50 = statistics.median(bare), statistics.median(addon)
-    return [row(f"time to first text_delta (p50 of {turns} turns, new connections)", f"{b50:.1f} ms",
-                f"{a50:.1f} ms", f"+{a50 - b50:.1f} ms", "≤ +10 ms")]
+    bc, ac = statistics.median(bare_cpu) * 1000, statistics.median(addon_cpu) * 1000
+    return [row(f"{t.name}: time to first text_delta (p50 of {turns} turns, new connections)", f"{b50:.1f} ms",
+                f"{a50:.1f} ms", f"+{a50 - b50:.1f} ms", "≤ +10 ms"),
+            row(f"{t.name}: proxy CPU for a one-token turn (p50)", f"{bc:.1f} ms", f"{ac:.1f} ms",
+                f"+{ac - bc:.1f} ms", "(load-independent)")]
 
 
-def measure_pace(paths: Paths, tokens: int, turns: int) -> list[str]:
+def measure_pace(t: Transport, tokens: int, turns: int) -> list[str]:
     bare, addon = [], []
     for _ in range(turns):
-        bare += latencies(paths.bare_turn(tokens, 5.0)[1])
-        addon += latencies(paths.addon_turn(tokens, 5.0)[1])
+        bare += latencies(t.bare(tokens, 5.0)[1])
+        addon += latencies(t.addon(tokens, 5.0)[1])
     return [
-        row(f"per-event latency at 200 events/s, p50 ({len(addon)} events)", f"{pct(bare, .5):.2f} ms",
+        row(f"{t.name}: per-event latency at 200 events/s, p50 ({len(addon)} events)", f"{pct(bare, .5):.2f} ms",
             f"{pct(addon, .5):.2f} ms", f"+{pct(addon, .5) - pct(bare, .5):.2f} ms", "≤ +0.25 ms"),
-        row("per-event latency at 200 events/s, p99", f"{pct(bare, .99):.2f} ms",
+        row(f"{t.name}: per-event latency at 200 events/s, p99", f"{pct(bare, .99):.2f} ms",
             f"{pct(addon, .99):.2f} ms", f"+{pct(addon, .99) - pct(bare, .99):.2f} ms", "≤ +1.0 ms"),
     ]
 
@@ -234,21 +399,27 @@ def burst_stats(seen: list[tuple[str, float]]) -> tuple[float, float]:
     return len(lat) / span if span > 0 else float("inf"), statistics.median(lat)
 
 
-def measure_burst(paths: Paths, tokens: int, turns: int) -> list[str]:
-    bare_rate, bare_p50, addon_rate, addon_p50 = [], [], [], []
+def measure_burst(t: Transport, tokens: int, turns: int) -> list[str]:
+    rate = {"bare": [], "addon": []}
+    p50 = {"bare": [], "addon": []}
+    cpu = {"bare": [], "addon": []}
     for _ in range(turns):
-        r, p = burst_stats(paths.bare_turn(tokens, 0)[1])
-        bare_rate.append(r)
-        bare_p50.append(p)
-        r, p = burst_stats(paths.addon_turn(tokens, 0)[1])
-        addon_rate.append(r)
-        addon_p50.append(p)
+        for name, turn, pid in (("bare", t.bare, t.bare_pid), ("addon", t.addon, t.addon_pid)):
+            before = cpu_s(pid)
+            r, p = burst_stats(turn(tokens, 0)[1])
+            cpu[name].append(cpu_s(pid) - before)
+            rate[name].append(r)
+            p50[name].append(p)
+    med = {k: {m: statistics.median(v[k]) for m, v in (("rate", rate), ("p50", p50), ("cpu", cpu))}
+           for k in ("bare", "addon")}
     return [
-        row(f"burst of {tokens} events: events/s at the client (p50 of {turns})",
-            f"{statistics.median(bare_rate):,.0f}", f"{statistics.median(addon_rate):,.0f}", "",
-            "≥ 30,000 /s"),
-        row(f"burst of {tokens} events: latency p50", f"{statistics.median(bare_p50):.1f} ms",
-            f"{statistics.median(addon_p50):.1f} ms", "", "≤ 20 ms"),
+        row(f"{t.name}: burst of {tokens} events, events/s at the client (p50 of {turns})",
+            f"{med['bare']['rate']:,.0f}", f"{med['addon']['rate']:,.0f}", "", "≥ 30,000 /s"),
+        row(f"{t.name}: burst of {tokens} events, latency p50", f"{med['bare']['p50']:.1f} ms",
+            f"{med['addon']['p50']:.1f} ms", "", "≤ 20 ms"),
+        row(f"{t.name}: burst of {tokens} events, proxy CPU per turn (p50)", f"{med['bare']['cpu'] * 1000:.0f} ms",
+            f"{med['addon']['cpu'] * 1000:.0f} ms", f"+{(med['addon']['cpu'] - med['bare']['cpu']) * 1000:.0f} ms",
+            "(load-independent)"),
     ]
 
 
@@ -279,6 +450,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=30, help="turns per TTFT measurement")
     parser.add_argument("--startups", type=int, default=5)
     parser.add_argument("--memory-turns", type=int, default=100)
+    parser.add_argument("--no-h2", dest="h2", action="store_false", help="RunSSE only")
     args = parser.parse_args()
     only = set(args.only.split(","))
     rows = []
@@ -288,15 +460,19 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as d:
             paths = Paths(Path(d))
             try:
-                for _ in range(3):  # warm both (certificates, connections, imports)
-                    paths.bare_turn(1, 0)
-                    paths.addon_turn(1, 0)
-                if "ttft" in only:
-                    rows += measure_ttft(paths, args.turns)
-                if "pace" in only:
-                    rows += measure_pace(paths, 200, 3)
-                if "burst" in only:
-                    rows += measure_burst(paths, 1000, 5)
+                for _ in range(3):  # warm every path (certificates, connections, imports)
+                    for transport in Transport.all(paths):
+                        transport.bare(1, 0)
+                        transport.addon(1, 0)
+                for transport in Transport.all(paths):
+                    if transport.name == "HTTP/2 Run" and not args.h2:
+                        continue
+                    if "ttft" in only:
+                        rows += measure_ttft(transport, args.turns)
+                    if "pace" in only:
+                        rows += measure_pace(transport, 200, 3)
+                    if "burst" in only:
+                        rows += measure_burst(transport, 1000, 5)
                 if "memory" in only:
                     rows += measure_memory(paths, args.memory_turns)
             finally:
