@@ -41,9 +41,8 @@ from byok.agent import connect  # noqa: E402
 from byok.agent.cursor import updates  # noqa: E402
 from byok.cli.client import CursorClient, user_turn_request  # noqa: E402
 from tests.e2e.conftest import start_proxy  # noqa: E402
-from tests.e2e.harness import MITMDUMP, free_port, without_proxy_env  # noqa: E402
+from tests.e2e.harness import MITMDUMP, free_port  # noqa: E402
 from tests.support.fake_cursor import FakeCursor, self_signed  # noqa: E402
-from byok.cli.h2client import H2CursorClient  # noqa: E402
 from tests.support.scripted_provider import CHAT, Ev, ScriptedProvider, Sse  # noqa: E402
 
 from bench.proxy_overhead import StampEv, latencies  # noqa: E402
@@ -203,6 +202,11 @@ class BareProxy:
         return CursorClient(f"http://127.0.0.1:{self.port}", self.ca_file)
 
 
+def without_proxy_env(environ) -> dict[str, str]:
+    """No proxy variables (traffic stays on loopback); bytecode caching on, as on a user's machine."""
+    return {k: v for k, v in environ.items() if not k.lower().endswith("_proxy") and k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -297,12 +301,16 @@ class Paths:
         return asyncio.run(one_turn(self.bare.client(), request))
 
     def bare_h2_turn(self, tokens: int, interval_ms: float):
+        from byok.cli.h2client import H2CursorClient
+
         self.sources.set("h2", tokens, interval_ms)
         client = H2CursorClient(f"http://127.0.0.1:{self.bare_h2.port}", self.bare_h2.ca_file)
         request = user_turn_request("bench", model_id="cursor-official-model")
         return asyncio.run(one_turn(client, request, end_request_early=True))
 
     def addon_h2_turn(self, tokens: int, interval_ms: float, request=None):
+        from byok.cli.h2client import H2CursorClient
+
         self.sources.set("chat", tokens, interval_ms)
         client = H2CursorClient(self.addon.url, self.addon.ca_file)
         return asyncio.run(one_turn(client, request or user_turn_request("bench", model_id=self.model)))
@@ -460,13 +468,12 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as d:
             paths = Paths(Path(d))
             try:
+                transports = [t for t in Transport.all(paths) if args.h2 or t.name == "RunSSE"]
                 for _ in range(3):  # warm every path (certificates, connections, imports)
-                    for transport in Transport.all(paths):
+                    for transport in transports:
                         transport.bare(1, 0)
                         transport.addon(1, 0)
-                for transport in Transport.all(paths):
-                    if transport.name == "HTTP/2 Run" and not args.h2:
-                        continue
+                for transport in transports:
                     if "ttft" in only:
                         rows += measure_ttft(transport, args.turns)
                     if "pace" in only:
