@@ -3,11 +3,12 @@
     python bench/team_load.py                         # N = 10, 50, 100 on SQLite and PostgreSQL
     python bench/team_load.py --users 10,50,100,150,200 --stores postgresql --turns 2
 
-Each user is its own Cursor-like client (own TLS connections) with its own conversation, running
+Each user is its own Cursor-like client (own TLS connections) with its own conversation (users are
+spread over `--workers` load-generating processes; the scripted provider runs in this one), running
 `--turns` turns back to back. A turn is: user message -> the provider asks for one Read (the client
 runs it in a temp workspace) -> the tool round settles -> the provider streams `--events` text chunks
-`--interval-ms` apart, each stamped with its send time -> turn_ended. The scripted provider runs in
-this process, so stamps and arrivals share one clock. PostgreSQL is a throwaway local server (fsync
+`--interval-ms` apart, each stamped with its send time -> turn_ended. Stamps and arrivals use the
+system-wide monotonic clock. PostgreSQL is a throwaway local server (fsync
 on); SQLite is a file in a temp dir (synchronous=FULL, the default).
 
 Reported per (store, N):
@@ -112,6 +113,20 @@ async def user(proxy, model: str, workspace: Path, turns: int, stats: dict) -> N
         await executor.aclose()
 
 
+def worker(url: str, ca_file: str, model: str, workspace: str, turns: int, users: int, out) -> None:
+    """One load-generating process: `users` users on its own event loop; stats back through `out`."""
+    from types import SimpleNamespace
+
+    stats = {"turns": 0, "events": 0, "event_ms": [], "ttft_ms": [], "errors": []}
+    proxy = SimpleNamespace(url=url, ca_file=ca_file)
+
+    async def everyone():
+        await asyncio.gather(*(user(proxy, model, Path(workspace), turns, stats) for _ in range(users)))
+
+    asyncio.run(everyone())
+    out.put(stats)
+
+
 def run_level(store: str, db: str, users: int, args, work: Path) -> dict:
     home = work / f"{store}-{users}"
     workspace = home / "ws"
@@ -122,16 +137,25 @@ def run_level(store: str, db: str, users: int, args, work: Path) -> dict:
         provider.enqueue("openai_chat", *([answer] * (users * args.turns * 2 + 10)))
         proxy, ids = start_proxy(home, provider, byok_db=db, byok_record="true")
         try:
-            stats = {"turns": 0, "events": 0, "event_ms": [], "ttft_ms": [], "errors": []}
+            import multiprocessing
+
+            ctx = multiprocessing.get_context("spawn")
+            out = ctx.Queue()
+            shares = [users // args.workers + (i < users % args.workers) for i in range(args.workers)]
+            procs = [ctx.Process(target=worker, args=(proxy.url, proxy.ca_file, ids["openai_chat"], str(workspace),
+                                                      args.turns, share, out)) for share in shares if share]
             cpu0, t0 = cpu_seconds(proxy.process.pid), time.monotonic()
-
-            async def everyone():
-                await asyncio.gather(*(user(proxy, ids["openai_chat"], workspace, args.turns, stats)
-                                       for _ in range(users)))
-
-            asyncio.run(everyone())
+            for proc in procs:
+                proc.start()
+            parts = [out.get(timeout=1200) for _ in procs]
             wall = time.monotonic() - t0
             cpu = cpu_seconds(proxy.process.pid) - cpu0
+            for proc in procs:
+                proc.join(30)
+            stats = {"turns": sum(p["turns"] for p in parts), "events": sum(p["events"] for p in parts),
+                     "event_ms": [v for p in parts for v in p["event_ms"]],
+                     "ttft_ms": [v for p in parts for v in p["ttft_ms"]],
+                     "errors": [e for p in parts for e in p["errors"]]}
         finally:
             proxy.stop()
     return {
@@ -150,6 +174,8 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=2, help="turns per user (default 2)")
     parser.add_argument("--events", type=int, default=30, help="streamed text chunks per turn (default 30)")
     parser.add_argument("--interval-ms", type=float, default=20, help="between chunks (default 20: 50/s per user)")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="load-generating processes the users are spread over (default 2)")
     args = parser.parse_args()
     levels = [int(n) for n in args.users.split(",")]
     with tempfile.TemporaryDirectory(prefix="byok-load-") as tmp:
