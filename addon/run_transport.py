@@ -128,7 +128,7 @@ class RunTransport:
     async def _serve(self, token: str, body: ChunkedBody, response: ChunkedResponse) -> None:
         pending = self.pending.pop(token, None)
         if pending is None:
-            await _answer_error(response, connect.ConnectError(connect.Code.INTERNAL, "unknown Run stream"))
+            await _answer_error(response, connect.ConnectError(connect.Code.INTERNAL, "unknown Run stream"), body)
             return
         rid = pending.request_id
         decoder = connect.EnvelopeDecoder()
@@ -158,13 +158,13 @@ class RunTransport:
             return
         except connect.ConnectError as e:
             log.warning("[%s] Run rejected: %s", rid, e)
-            await _answer_error(response, e)
+            await _answer_error(response, e, body)
             return
         route = self.runtime.on_append(rid, 0, *first, local_allowed=pending.refusal is None, user=pending.user)
         if route is Route.REFUSED:
             log.warning("[%s] refused: %s", rid, pending.refusal)
             await _answer_error(response, AccessDenied(
-                pending.refusal or f"request {rid} belongs to another user").to_connect())
+                pending.refusal or f"request {rid} belongs to another user").to_connect(), body)
             return
         if route is Route.UPSTREAM:
             await self._relay(pending, bytes(prefix), body, response)
@@ -178,7 +178,8 @@ class RunTransport:
         rid = pending.request_id
         run = self.runtime.run(rid)
         if run is None:  # it ended already (e.g. shutdown between decision and here)
-            await _answer_error(response, connect.ConnectError(connect.Code.UNAVAILABLE, "the run ended before it streamed"))
+            await _answer_error(response, connect.ConnectError(connect.Code.UNAVAILABLE, "the run ended before it streamed"),
+                                body)
             return
         response.start(200, [("content-type", CONNECT_PROTO)])
         run.attach_stream()
@@ -230,7 +231,7 @@ class RunTransport:
         rid, target = pending.request_id, pending.relay
         if target is None:
             await _answer_error(response, connect.ConnectError(
-                connect.Code.UNAVAILABLE, "cursor-byok cannot pass this Run on to Cursor from this listener's mode"))
+                connect.Code.UNAVAILABLE, "cursor-byok cannot pass this Run on to Cursor from this listener's mode"), body)
             return
         relay_token = self.new_token()
         self.relays[relay_token] = rid
@@ -292,12 +293,24 @@ def _client_message(frame: connect.Frame) -> apb.AgentClientMessage:
         raise connect.ConnectError(connect.Code.INVALID_ARGUMENT, f"not an AgentClientMessage: {e}") from None
 
 
-async def _answer_error(response: ChunkedResponse, error: connect.ConnectError) -> None:
-    """A Connect error the Connect way: HTTP 200 and an error end-stream."""
+async def _answer_error(response: ChunkedResponse, error: connect.ConnectError, body: ChunkedBody | None = None) -> None:
+    """A Connect error the Connect way: HTTP 200 and an error end-stream. Then, as after any answer,
+    the client ends its request: closing the loopback connection before that would make mitmproxy
+    reset the client's stream."""
     if not response.started:
         response.start(200, [("content-type", CONNECT_PROTO)])
     try:
         await response.write(connect.encode_end_stream(error))
         await response.end()
     except ConnectionError:
+        return
+    if body is not None and not body.ended:
+        try:
+            await asyncio.wait_for(_drain(body), REQUEST_END_GRACE_S)
+        except (asyncio.TimeoutError, BodyAborted):
+            pass
+
+
+async def _drain(body: ChunkedBody) -> None:
+    async for _ in body:
         pass
