@@ -165,6 +165,10 @@ class H2CursorClient(CursorClient):
             response_headers = await stream.response
             self.responses[request_id] = response_headers
             status = int(dict(response_headers)[":status"])
+            ctype = dict(response_headers).get("content-type", "")
+            if not ctype.startswith("application/connect+"):
+                head = b"".join([c async for c in stream.chunks()])[:200].decode("utf-8", "replace")
+                raise H2Error(f"Run answered HTTP {status} {ctype or '-'}, not a Connect stream: {head}")
             decoder = connect.EnvelopeDecoder()
             end_error: connect.ConnectError | None = None
             ended = False
