@@ -390,11 +390,11 @@ def check_cursor_settings(path: Path, proxy: str) -> list[Check]:
         checks.append(Check("http.proxySupport", "warn", f"{support or 'unset (override)'}: use on",
                             ['"http.proxySupport": "on"']))
     if settings.get("cursor.general.disableHttp2") is True:
-        checks.append(Check("HTTP/1.1", "ok", "cursor.general.disableHttp2 = true"))
+        checks.append(Check("transport", "ok", "HTTP/1.1 (cursor.general.disableHttp2 = true): the agent runs as "
+                            "RunSSE + BidiAppend, served; the switch is no longer needed and slows Tab"))
     else:
-        checks.append(Check("HTTP/1.1", "fail", "cursor.general.disableHttp2 is not true: Cursor uses HTTP/2 and the "
-                            "agent never takes the RunSSE + BidiAppend path", [
-                                '"cursor.general.disableHttp2": true (Settings > Network > HTTP/1.1 in Cursor)']))
+        checks.append(Check("transport", "ok", "HTTP/2: the agent runs as AgentService/Run, served through the "
+                            "proxy (if runs never reach it, see byok_http2 and byok_agent_url in docs/cursor-setup.md)"))
     if settings.get("http.proxyStrictSSL") is False:
         checks.append(Check("http.proxyStrictSSL", "warn", "false: Cursor accepts any certificate on every host",
                             ["trust mitmproxy's CA instead and remove this setting"]))
@@ -449,8 +449,10 @@ def print_no_request_story(out, by_name: dict[str, Check], proxy: str, os_name: 
         (("Cursor settings", "http.proxy", "http.proxySupport"),
          f'Cursor\'s settings.json has "http.proxy": "{proxy}" and "http.proxySupport": "on"; after changing them, '
          "reload the window (Developer: Reload Window) or restart Cursor."),
-        (("HTTP/1.1",), '"cursor.general.disableHttp2": true. With HTTP/2 the agent streams over one bidi call that '
-                        "the proxy passes through untouched, so no run is ever answered locally."),
+        (("transport",), "Cursor's agent reaches the proxy: over HTTP/2 (AgentService/Run, the default) or HTTP/1.1 "
+                         "(RunSSE + BidiAppend). If mitmdump shows Cursor's other calls but no agent call, its HTTP/2 "
+                         "agent connection bypasses the proxy: use byok_agent_url (a reverse listener) or "
+                         "--set byok_http2=bidi-off."),
         (("CA", "CA trust"), "Cursor trusts mitmproxy's CA. If not, mitmdump logs 'client TLS handshake failed' for "
                              "api2.cursor.sh and Cursor shows network errors: trust the CA "
                              f"({'Keychain' if os_name == 'macos' else 'certificate store' if os_name == 'windows' else 'system bundle or NODE_EXTRA_CA_CERTS'}), "

@@ -27,7 +27,7 @@ from byok.agent import connect
 from byok.h2conn import H2Connection, H2Error, H2Stream
 from byok.proto import agent_pb2 as apb
 
-from .client import CursorClient, Frame, RunResult
+from .client import CursorClient, Frame, RunResult, UnexpectedAnswer
 
 RUN = "/agent.v1.AgentService/Run"
 AGENT_URL = "https://agentn.api5.cursor.sh"
@@ -142,7 +142,8 @@ class H2CursorClient(CursorClient):
     ) -> RunResult:
         """Open a Run stream (x-request-id = request_id), send the run_request, serve KV, execs and
         queries until the end-stream; then end the request side. A stream that ends without an
-        end-stream frame, or is reset, raises H2Error."""
+        end-stream frame, or is reset, raises H2Error; an answer that is not a Connect stream
+        UnexpectedAnswer."""
         request_id = request_id or str(uuid.uuid4())
         frames = self._frames.setdefault(request_id, [])
         first_frame = len(frames)
@@ -168,7 +169,7 @@ class H2CursorClient(CursorClient):
             ctype = dict(response_headers).get("content-type", "")
             if not ctype.startswith("application/connect+"):
                 head = b"".join([c async for c in stream.chunks()])[:200].decode("utf-8", "replace")
-                raise H2Error(f"Run answered HTTP {status} {ctype or '-'}, not a Connect stream: {head}")
+                raise UnexpectedAnswer(status, ctype, head)
             decoder = connect.EnvelopeDecoder()
             end_error: connect.ConnectError | None = None
             ended = False

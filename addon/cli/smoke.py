@@ -57,6 +57,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="how BidiAppends carry the message: hex `data` (default) or raw `data_binary`, as newer "
                         "Cursor clients send it")
     p.add_argument("--gzip-appends", action="store_true", help="send BidiAppend bodies gzip-compressed")
+    p.add_argument("--http2", action="store_true",
+                   help="run the turn as Cursor does by default: one HTTP/2 AgentService/Run stream "
+                        "(to agentn.api5.cursor.sh unless --host names another) instead of RunSSE + BidiAppend")
     p.set_defaults(func=run)
 
 
@@ -180,7 +183,10 @@ async def _smoke(args: argparse.Namespace, route: SmokeModel, ca: str, workspace
     from byok.proto import agent_pb2 as apb
 
     from . import frames as fr
+    from byok.h2conn import H2Error
+
     from .client import CursorClient, Frame, UnexpectedAnswer, user_turn_request
+    from .h2client import H2CursorClient
     from .executor import LocalExecutor, ScriptedQueries
 
     out = console()
@@ -215,9 +221,23 @@ async def _smoke(args: argparse.Namespace, route: SmokeModel, ca: str, workspace
                 on_frame(Frame("up", time.monotonic(), message, seqno=seqno))
             return await super().append(request_id, message, seqno=seqno, body=body)
 
-    client = PrintingClient(proxy, ca, base_url=f"https://{args.host}", on_exec=executor.on_exec,
-                            on_query=ScriptedQueries().on_query, timeout_s=args.timeout,
-                            append_form=args.append_form, gzip_appends=args.gzip_appends)
+    class PrintingH2Client(H2CursorClient):
+        """The HTTP/2 Cursor-like client, also printing each message it puts on the Run stream."""
+
+        async def send(self, request_id, message, *, raw=None):
+            if raw is None:
+                on_frame(Frame("up", time.monotonic(), message))
+            return await super().send(request_id, message, raw=raw)
+
+    rpc = "Run" if args.http2 else "RunSSE"
+    if args.http2:
+        host = args.host if args.host != "api2.cursor.sh" else "agentn.api5.cursor.sh"
+        client = PrintingH2Client(proxy, ca, base_url=f"https://{host}", on_exec=executor.on_exec,
+                                  on_query=ScriptedQueries().on_query, timeout_s=args.timeout)
+    else:
+        client = PrintingClient(proxy, ca, base_url=f"https://{args.host}", on_exec=executor.on_exec,
+                                on_query=ScriptedQueries().on_query, timeout_s=args.timeout,
+                                append_form=args.append_form, gzip_appends=args.gzip_appends)
     request = user_turn_request(prompt, model_id=route.public_id, mode=mode, workspace=str(workspace))
     try:
         async with client:
@@ -235,16 +255,18 @@ async def _smoke(args: argparse.Namespace, route: SmokeModel, ca: str, workspace
         return fail(f"no end of the turn after {args.timeout:g} s", 1)
     except UnexpectedAnswer as e:
         if known_to_proxy:
-            return fail(f"the proxy answered RunSSE with HTTP {e.status} instead of a Connect stream: {e.excerpt}", 1)
-        return fail(f"the proxy answered RunSSE with HTTP {e.status} instead of a Connect stream ({e.excerpt}). "
+            return fail(f"the proxy answered {rpc} with HTTP {e.status} instead of a Connect stream: {e.excerpt}", 1)
+        return fail(f"the proxy answered {rpc} with HTTP {e.status} instead of a Connect stream ({e.excerpt}). "
                     f"The running proxy most likely does not have the model {route.label()}: its providers file "
                     f"differs from {args.config or default_config()}, so the run went to Cursor's backend. Fix: "
                     "make the proxy's providers file (--set byok_config=...) hold this model, or pick one it "
                     "serves (cursor-byok doctor)", 1)
     except httpx.HTTPError as e:
         return fail(f"HTTP error talking to the proxy: {type(e).__name__}: {e}", 1)
+    except (H2Error, OSError) as e:
+        return fail(f"HTTP/2 Run through {proxy} failed: {type(e).__name__}: {e} (cursor-byok doctor)", 1)
     except (connect.ConnectError, DecodeError, AssertionError) as e:
-        return fail(f"the proxy's RunSSE answer broke the Connect protocol: {e}", 1)
+        return fail(f"the proxy's {rpc} answer broke the Connect protocol: {e}", 1)
     finally:
         await executor.aclose()
     return _summary(out, result, executor, workspace, streaming["text"])

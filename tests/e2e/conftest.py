@@ -33,7 +33,8 @@ def upstream():
 
 
 def start_proxy(home: Path, provider: ScriptedProvider, upstream: FakeCursor | None = None,
-                kinds=("openai_chat",), binary: str = "mitmdump", **options) -> tuple[Proxy, dict[str, str]]:
+                kinds=("openai_chat",), binary: str = "mitmdump", extra_args: list[str] | None = None,
+                **options) -> tuple[Proxy, dict[str, str]]:
     entries = {kind: model_entry(provider.base_url, kind=kind, model_id=f"{kind}-model",
                                  name=f"scripted-{kind}",
                                  **({"extra": {"max_output_tokens": 4096}} if kind == "anthropic" else {}))
@@ -44,5 +45,5 @@ def start_proxy(home: Path, provider: ScriptedProvider, upstream: FakeCursor | N
     if upstream is not None:
         scripts = [str(ROOT / "tests" / "support" / "redirect_upstream.py")]
         options = {"test_upstream": f"127.0.0.1:{upstream.port}", "ssl_insecure": "true", **options}
-    proxy = Proxy(home, options=options, extra_scripts=scripts, binary=binary).start()
+    proxy = Proxy(home, options=options, extra_scripts=scripts, binary=binary, extra_args=extra_args or []).start()
     return proxy, {kind: public_id(entry) for kind, entry in entries.items()}

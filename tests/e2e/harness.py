@@ -51,6 +51,8 @@ class Proxy:
     home: Path
     options: dict = field(default_factory=dict)
     extra_scripts: list[str] = field(default_factory=list)
+    extra_args: list[str] = field(default_factory=list)
+    """More mitmdump arguments, e.g. ["--mode", "regular", "--mode", "reverse:https://host@PORT"]."""
     binary: str = "mitmdump"
     """mitmdump, or mitmweb (no browser; web UI and REST API on 127.0.0.1:web_port)."""
     listen_host: str | None = "127.0.0.1"
@@ -102,7 +104,7 @@ class Proxy:
             args += ["-s", script]
         if self.listen_host is not None:
             args += ["--listen-host", self.listen_host]
-        args += ["--listen-port", "0", "--set", f"confdir={self.confdir}"]
+        args += ["--listen-port", "0", "--set", f"confdir={self.confdir}", *self.extra_args]
         if self.binary == "mitmweb":
             self.web_port = self.web_port or free_port()
             opts = {"web_open_browser": "false", "web_host": "127.0.0.1", "web_port": self.web_port, **opts}

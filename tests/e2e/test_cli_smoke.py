@@ -86,6 +86,20 @@ def test_smoke_sends_newer_clients_appends_when_asked(env, provider, tmp_path):
     assert (tmp_path / "ws" / "bin.txt").read_text() == "binary appends\n"
 
 
+def test_smoke_over_http2_runs_the_turn_on_one_run_stream(env, provider, tmp_path):
+    """Issue 14: `smoke --http2` drives the turn as Cursor does by default, one AgentService/Run stream."""
+    proxy, home = env
+    provider.enqueue("openai_chat",
+                     CHAT.tool_calls([("call_w", "Write", '{"path": "h2.txt", "contents": "over http/2\\n"}')]),
+                     CHAT.text_reply("wrote it over HTTP/2"))
+    done = cli(home, *smoke_args(proxy, "--workspace", str(tmp_path / "ws"), "--http2"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "↑ run_request" in done.stdout and "↑ kv_client_message" in done.stdout
+    assert "wrote it over HTTP/2" in done.stdout and "OK: " in done.stdout
+    assert (tmp_path / "ws" / "h2.txt").read_text() == "over http/2\n"
+    assert "POST https://agentn.api5.cursor.sh/agent.v1.AgentService/Run HTTP/2.0" in proxy.log()
+
+
 def test_smoke_failure_names_the_error_and_trace_tells_the_story(env, provider):
     proxy, home = env
     provider.enqueue("openai_chat", HttpError(401, {"error": {"message": "Incorrect API key provided"}}))

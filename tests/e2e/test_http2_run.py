@@ -251,3 +251,36 @@ def test_resume_from_a_staged_checkpoint_over_http2(env, provider, tmp_path):
     assert [e.WhichOneof("message") for e in execs] == ["read_args"]
     assert result.text() == "b says beta" and len(provider.requests) == calls_before + 1
     assert "beta" in provider.requests[-1].json["messages"][-1]["content"]
+
+
+def test_the_reverse_listener_serves_runs_for_clients_that_skip_the_proxy(tmp_path, provider):
+    """`byok_agent_url` points Cursor's agent client at a reverse-mode listener of the same mitmdump.
+    A client that connects there directly (no CONNECT) gets its local run, and a Cursor-model Run is
+    relayed through that listener to the reverse target (here the fake HTTP/2 Cursor)."""
+    from tests.e2e.harness import free_port
+    from tests.support.fake_h2_cursor import FakeH2Cursor
+
+    port = free_port()
+    with FakeH2Cursor() as upstream:
+        proxy, ids = start_proxy(
+            tmp_path, provider, upstream, byok_upstream_probe_ms="0", byok_agent_url=f"https://127.0.0.1:{port}",
+            extra_args=["--mode", "regular", "--mode", f"reverse:https://agentn.api5.cursor.sh@127.0.0.1:{port}"])
+        provider.enqueue("openai_chat", CHAT.text_reply("via the reverse listener"))
+        try:
+            async def scenario():
+                from byok.cli.h2client import H2CursorClient
+
+                async with H2CursorClient(None, proxy.ca_file, base_url=f"https://127.0.0.1:{port}") as client:
+                    local = await client.run(user_turn_request("hi", model_id=ids["openai_chat"]))
+                    official = await client.run(user_turn_request("hi", model_id="gpt-5"), request_id="rev-official")
+                    await asyncio.sleep(0.3)
+                    return local, official
+
+            local, official = run(scenario())
+        finally:
+            proxy.stop()
+        [seen] = upstream.runs
+    assert local.end_error is None and local.text() == "via the reverse listener"
+    assert official.end_error is None and official.text() == "official answer"
+    assert seen.headers[":authority"] == "agentn.api5.cursor.sh" and seen.request_ended
+    assert "no reverse-mode listener" not in proxy.log()

@@ -17,7 +17,7 @@ import ssl
 
 import httpx
 
-from byok.cli.client import CursorClient, user_turn_request
+from byok.cli.client import CursorClient, UnexpectedAnswer, user_turn_request
 from byok.cli.h2client import H2CursorClient
 from byok.agent.connect import ConnectError
 from byok.h2conn import H2Error
@@ -52,7 +52,7 @@ async def main(args: argparse.Namespace) -> dict:
             error = result.end_error
             out["turn_h2"] = {"status": result.status, "text": result.text(), "end_error": None if error is None
                               else {"code": error.code.value, "message": error.message}}
-    except (H2Error, OSError, ConnectError) as e:
+    except (H2Error, OSError, ConnectError, UnexpectedAnswer) as e:
         out["turn_h2"] = {"error": f"{type(e).__name__}: {e}"}
     return out
 

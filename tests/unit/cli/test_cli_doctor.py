@@ -70,7 +70,7 @@ def test_missing_ca_and_bad_config_fail_with_fixes(tmp_path, capsys):
     assert "warn  Cursor settings" in out
     # no run ever reached us: the step-by-step story
     assert "No agent request reached the proxy?" in out
-    assert "1. FAIL The proxy runs" in out and "disableHttp2" in out
+    assert "1. FAIL The proxy runs" in out and "byok_http2=bidi-off" in out
     assert "failed" in out.splitlines()[-1]
 
 
@@ -89,7 +89,7 @@ def test_healthy_setup_is_all_ok(tmp_path, capsys, listener):
     out = capsys.readouterr().out
     assert code == 0, out
     for name in ("CA", "CA trust", "providers", "database", "proxy", "traffic", "http.proxy", "http.proxySupport",
-                 "HTTP/1.1"):
+                 "transport"):
         assert f"   ok  {name} " in out, name
     assert "DeepSeek (BYOK)" in out and "No agent request reached" not in out
     assert "0 failed, 0 warnings" in out
@@ -110,7 +110,8 @@ def test_untrusted_ca_and_stale_traffic_warn(tmp_path, capsys, listener):
 
 
 @pytest.mark.parametrize("overrides, name, status, words", [
-    ({"cursor.general.disableHttp2": None}, "HTTP/1.1", "fail", "uses HTTP/2"),
+    ({"cursor.general.disableHttp2": None}, "transport", "ok", "HTTP/2: the agent runs as AgentService/Run"),
+    ({"cursor.general.disableHttp2": True}, "transport", "ok", "no longer needed"),
     ({"http.proxySupport": "off"}, "http.proxySupport", "fail", "ignored"),
     ({"http.proxySupport": None}, "http.proxySupport", "warn", "use on"),
     ({"http.proxy": "http://127.0.0.1:9999"}, "http.proxy", "warn", "not http://127.0.0.1:8080"),
