@@ -284,3 +284,26 @@ def test_the_reverse_listener_serves_runs_for_clients_that_skip_the_proxy(tmp_pa
     assert official.end_error is None and official.text() == "official answer"
     assert seen.headers[":authority"] == "agentn.api5.cursor.sh" and seen.request_ended
     assert "no reverse-mode listener" not in proxy.log()
+
+
+def test_shutdown_ends_an_open_run_with_unavailable(tmp_path, provider):
+    import signal
+
+    proxy, ids = start_proxy(tmp_path, provider)
+    provider.enqueue("openai_chat", Hang(60))
+
+    async def scenario():
+        async with proxy.h2_client() as client:
+            async def on_frame(frame):
+                if frame.kind == "conversation_checkpoint_update":
+                    proxy.process.send_signal(signal.SIGINT)
+
+            return await client.run(user_turn_request("wait", model_id=ids["openai_chat"]), on_frame=on_frame)
+
+    try:
+        result = run(scenario())
+        assert result.end_error.code is connect.Code.UNAVAILABLE and "shutting down" in result.end_error.message
+        assert proxy.process.wait(15) == 0
+        assert "Task was destroyed but it is pending" not in proxy.log()
+    finally:
+        proxy.stop()
