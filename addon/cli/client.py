@@ -16,7 +16,7 @@ import hashlib
 import ssl
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import httpx
@@ -198,9 +198,6 @@ class CursorClient:
         if send_run_request:
             self.append_soon(request_id, apb.AgentClientMessage(run_request=run_request), delay=run_request_delay_s)
         body = connect.encode_envelope(spb.BidiRequestId(request_id=request_id).SerializeToString())
-        decoder = connect.EnvelopeDecoder()
-        end_error: connect.ConnectError | None = None
-        ended = False
         headers = {"content-type": "application/connect+proto", "connect-protocol-version": "1"}
         if self.client_version:
             headers["x-cursor-client-version"] = self.client_version
@@ -209,26 +206,42 @@ class CursorClient:
             content_type = response.headers.get("content-type", "")
             if status != 200 or not content_type.startswith("application/connect+proto"):
                 raise UnexpectedAnswer(status, content_type, _excerpt(await response.aread()))
-            async for chunk in response.aiter_raw():
-                for frame in decoder.feed(chunk):
-                    if ended:
-                        raise AssertionError("bytes after the end-stream frame")
-                    if frame.end_stream:
-                        end_error = connect.parse_end_stream(frame.payload)
-                        f = Frame("down", time.monotonic(), end_error, frame.flags)
-                        ended = True
-                    else:
-                        f = Frame("down", time.monotonic(), apb.AgentServerMessage.FromString(frame.payload), frame.flags)
-                        await self._handle(request_id, f.message)
-                    frames.append(f)
-                    if on_frame is not None:
-                        result = on_frame(f)
-                        if asyncio.iscoroutine(result):
-                            await result
-            decoder.close()
+            ended, end_error = await self._receive(request_id, response.aiter_raw(), on_frame)
         if not ended:
             raise AssertionError("RunSSE ended without an end-stream frame")
         return RunResult(request_id, frames[first_frame:], end_error, status)
+
+    async def _receive(
+        self,
+        request_id: str,
+        chunks: AsyncIterator[bytes],
+        on_frame: Callable[[Frame], Awaitable[None] | None] | None,
+    ) -> tuple[bool, connect.ConnectError | None]:
+        """Read a run's response stream (RunSSE or Run: the same Connect envelopes) to its end: each
+        frame recorded, server messages served as they come, `on_frame` called. Returns whether an
+        end-stream frame came, and its error."""
+        frames = self._frames.setdefault(request_id, [])
+        decoder = connect.EnvelopeDecoder()
+        end_error: connect.ConnectError | None = None
+        ended = False
+        async for chunk in chunks:
+            for frame in decoder.feed(chunk):
+                if ended:
+                    raise AssertionError("bytes after the end-stream frame")
+                if frame.end_stream:
+                    end_error = connect.parse_end_stream(frame.payload)
+                    f = Frame("down", time.monotonic(), end_error, frame.flags)
+                    ended = True
+                else:
+                    f = Frame("down", time.monotonic(), apb.AgentServerMessage.FromString(frame.payload), frame.flags)
+                    await self._handle(request_id, f.message)
+                frames.append(f)
+                if on_frame is not None:
+                    result = on_frame(f)
+                    if asyncio.iscoroutine(result):
+                        await result
+        decoder.close()
+        return ended, end_error
 
     async def _handle(self, request_id: str, message: apb.AgentServerMessage) -> None:
         kind = message.WhichOneof("message")

@@ -170,29 +170,14 @@ class H2CursorClient(CursorClient):
             if not ctype.startswith("application/connect+"):
                 head = b"".join([c async for c in stream.chunks()])[:200].decode("utf-8", "replace")
                 raise UnexpectedAnswer(status, ctype, head)
-            decoder = connect.EnvelopeDecoder()
-            end_error: connect.ConnectError | None = None
-            ended = False
             received = self.received.setdefault(request_id, bytearray())
-            async for chunk in stream.chunks():
-                received += chunk
-                for frame in decoder.feed(chunk):
-                    if ended:
-                        raise AssertionError("bytes after the end-stream frame")
-                    if frame.end_stream:
-                        end_error = connect.parse_end_stream(frame.payload)
-                        f = Frame("down", time.monotonic(), end_error, frame.flags)
-                        ended = True
-                    else:
-                        f = Frame("down", time.monotonic(), apb.AgentServerMessage.FromString(frame.payload),
-                                  frame.flags)
-                        await self._handle(request_id, f.message)
-                    frames.append(f)
-                    if on_frame is not None:
-                        result = on_frame(f)
-                        if asyncio.iscoroutine(result):
-                            await result
-            decoder.close()
+
+            async def recorded_chunks():
+                async for chunk in stream.chunks():
+                    received.extend(chunk)
+                    yield chunk
+
+            ended, end_error = await self._receive(request_id, recorded_chunks(), on_frame)
             if not ended:
                 raise AssertionError(f"Run ended without an end-stream frame (HTTP {status})")
             if self.end_request_after_response:
