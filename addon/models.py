@@ -234,27 +234,7 @@ def append_to_first_message(body: bytes, tail: bytes) -> bytes:
     end-stream; an error end-stream is left alone (the upstream refused; not ours to hide).
     Raises ValueError on a truncated body.
     """
-    frames, rest = split_envelopes(body)
-    if rest:
-        raise ValueError(f"truncated Connect envelope ({len(rest)} bytes left over)")
-    out = bytearray()
-    done = False
-    for flags, payload in frames:
-        if not done and not flags & FLAG_END_STREAM:
-            if flags & FLAG_COMPRESSED:
-                payload = gzip.compress(gzip.decompress(payload) + tail, mtime=0)
-            else:
-                payload = payload + tail
-            done = True
-        elif not done and flags & FLAG_END_STREAM:
-            if parse_end_stream(payload) is not None:
-                return body
-            out += encode_envelope(tail)
-            done = True
-        out += HEADER.pack(flags, len(payload)) + payload
-    if not done:
-        out += encode_envelope(tail)
-    return bytes(out)
+    return transform_first_message(body, lambda message: message + tail, insert_if_missing=True)
 
 
 def inject_body(kind: ModelList, body: bytes, routes: Sequence[ModelRoute], *, enveloped: bool,
@@ -284,9 +264,12 @@ def first_message(body: bytes) -> bytes | None:
     return None
 
 
-def transform_first_message(body: bytes, change: Callable[[bytes], bytes]) -> bytes:
+def transform_first_message(body: bytes, change: Callable[[bytes], bytes], *,
+                            insert_if_missing: bool = False) -> bytes:
     """An envelope stream with its first data message replaced by `change(message)` (gzip flag
-    and every other envelope kept). Raises ValueError on a truncated body."""
+    and every other envelope kept). With `insert_if_missing`, a stream without a data message gets
+    `change(b"")` inserted before a successful end-stream (or at its end), and one with an error
+    end-stream is returned as is. Raises ValueError on a truncated body."""
     frames, rest = split_envelopes(body)
     if rest:
         raise ValueError(f"truncated Connect envelope ({len(rest)} bytes left over)")
@@ -299,7 +282,14 @@ def transform_first_message(body: bytes, change: Callable[[bytes], bytes]) -> by
             else:
                 payload = change(payload)
             done = True
+        elif not done and insert_if_missing:  # the end-stream came first
+            if parse_end_stream(payload) is not None:
+                return body
+            out += encode_envelope(change(b""))
+            done = True
         out += HEADER.pack(flags, len(payload)) + payload
+    if not done and insert_if_missing:
+        out += encode_envelope(change(b""))
     return bytes(out)
 
 
