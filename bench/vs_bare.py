@@ -42,7 +42,8 @@ from byok.agent.cursor import updates  # noqa: E402
 from byok.cli.client import CursorClient, user_turn_request  # noqa: E402
 from tests.e2e.conftest import start_proxy  # noqa: E402
 from tests.e2e.harness import MITMDUMP, free_port  # noqa: E402
-from tests.support.fake_cursor import FakeCursor, self_signed  # noqa: E402
+from tests.support.fake_cursor import FakeCursor  # noqa: E402
+from tests.support.fake_h2_cursor import H2AgentHost  # noqa: E402
 from tests.support.scripted_provider import CHAT, Ev, ScriptedProvider, Sse  # noqa: E402
 
 from bench.proxy_overhead import StampEv, latencies  # noqa: E402
@@ -80,43 +81,12 @@ class StampedCursor(FakeCursor):
         await writer.drain()
 
 
-class StampedH2Cursor:
+class StampedH2Cursor(H2AgentHost):
     """The bare path's HTTP/2 agent host: a Run streams `tokens` stamped text_delta frames after the
     client's first message, then `{}` and END_STREAM."""
 
     tokens = 1
     interval_ms = 0.0
-
-    def __init__(self) -> None:
-        self._dir = tempfile.TemporaryDirectory()
-        self._loop = asyncio.new_event_loop()
-        self._started = threading.Event()
-        self.port = 0
-
-    def start(self) -> "StampedH2Cursor":
-        import ssl
-
-        cert, key = self_signed(Path(self._dir.name), "agentn.api5.cursor.sh")
-        self._ssl = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        self._ssl.load_cert_chain(cert, key)
-        self._ssl.set_alpn_protocols(["h2"])
-        threading.Thread(target=self._run, daemon=True).start()
-        self._started.wait(10)
-        return self
-
-    def stop(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-
-        async def main() -> None:
-            server = await asyncio.start_server(self._connection, "127.0.0.1", 0, ssl=self._ssl)
-            self.port = server.sockets[0].getsockname()[1]
-            self._started.set()
-
-        self._loop.run_until_complete(main())
-        self._loop.run_forever()
 
     async def _connection(self, reader, writer) -> None:
         import h2.config

@@ -47,15 +47,17 @@ class SeenRun:
     request_ended_at: float | None = None
 
 
-class FakeH2Cursor:
+class H2AgentHost:
+    """A TLS (ALPN h2) server for agentn.api5.cursor.sh on 127.0.0.1 with its own event loop thread;
+    a subclass answers each connection in `_connection`. Use `with`, or `start()` / `stop()`."""
+
     def __init__(self) -> None:
-        self.runs: list[SeenRun] = []
         self.port = 0
         self._dir = tempfile.TemporaryDirectory()
         self._loop = asyncio.new_event_loop()
         self._started = threading.Event()
 
-    def __enter__(self) -> "FakeH2Cursor":
+    def start(self):
         cert, key = self_signed(Path(self._dir.name), "agentn.api5.cursor.sh")
         self._ssl = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self._ssl.load_cert_chain(cert, key)
@@ -65,10 +67,16 @@ class FakeH2Cursor:
         self._started.wait(10)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def stop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
         self._dir.cleanup()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -80,6 +88,15 @@ class FakeH2Cursor:
 
         self._loop.run_until_complete(main())
         self._loop.run_forever()
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+
+class FakeH2Cursor(H2AgentHost):
+    def __init__(self) -> None:
+        super().__init__()
+        self.runs: list[SeenRun] = []
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding="utf-8"))
