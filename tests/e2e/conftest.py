@@ -26,6 +26,15 @@ def provider():
         yield p
 
 
+@pytest.fixture
+def fresh_provider(provider):
+    """Drops the scripts a test left queued: one that fails before consuming its scripts must not
+    answer the next test's calls. A module sharing `provider` uses it for every test with
+    `pytest.mark.usefixtures("fresh_provider")`."""
+    yield
+    provider.clear()
+
+
 @pytest.fixture(scope="module")
 def upstream():
     with FakeCursor() as f:

@@ -4,6 +4,7 @@ with its own confdir (fresh CA), database and providers file. Nothing touches `~
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -182,3 +183,14 @@ def model_entry(base_url: str, *, kind: str = "openai_chat", model_id: str = "te
 
 def public_id(entry: dict) -> str:
     return public_model_id(entry["base_url"], entry["kind"], entry["model_id"])
+
+
+WEB_TOOLS = ("WebSearch", "GenerateImage")
+"""Offered only when the providers file has [web_search] / [image_generation]."""
+
+
+def mode_tools(mode: str, *, web_configured: bool = False) -> list[str]:
+    """A mode's tools in manifest order (prompt/modes/<mode>.json), as the proxy offers them: unless
+    `web_configured`, without WEB_TOOLS."""
+    tools = json.loads((ROOT / "prompt" / "modes" / f"{mode}.json").read_text())
+    return tools if web_configured else [t for t in tools if t not in WEB_TOOLS]

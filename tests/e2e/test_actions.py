@@ -16,10 +16,10 @@ from byok.cli.executor import LocalExecutor, ScriptedQueries
 from byok.proto import agent_pb2 as apb
 from byok.proto import aiserver_pb2 as spb
 from tests.e2e.conftest import run, start_proxy
-from tests.e2e.harness import ROOT
+from tests.e2e.harness import ROOT, mode_tools
 from tests.support.scripted_provider import CHAT
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60), pytest.mark.usefixtures("fresh_provider")]
 
 FACTS = json.loads((ROOT / "proto" / "facts" / "agent.v1.json").read_text())
 BRANCHES = [f["name"] for f in FACTS["messages"]["agent.v1.ConversationAction"]["fields"] if f.get("oneof") == "action"]
@@ -30,24 +30,11 @@ DEDICATED = {  # handled branches whose behaviour has a test of its own below (o
 }
 
 
-def manifest(mode: str) -> list[str]:
-    """The mode's tools as this proxy offers them: no [web_search] / [image_generation] configured."""
-    tools = json.loads((ROOT / "prompt" / "modes" / f"{mode}.json").read_text())
-    return [t for t in tools if t not in ("WebSearch", "GenerateImage")]
-
-
 @pytest.fixture(scope="module")
 def env(tmp_path_factory, provider):
     proxy, models = start_proxy(tmp_path_factory.mktemp("actions"), provider)
     yield proxy, models["openai_chat"]
     proxy.stop()
-
-
-@pytest.fixture(autouse=True)
-def _fresh_provider_queue(provider):
-    yield
-    with provider._lock:
-        provider._queues.clear()
 
 
 def action_request(model: str, conversation_id: str, state: apb.ConversationStateStructure | None = None,
@@ -154,7 +141,7 @@ def test_plan_start_then_execute(env, provider):
     planned, blobs = run_with(proxy, action_request(model, conversation, start_plan_action=start), queries=queries)
     assert planned.end_error is None and planned.text().endswith("Here is the plan.")
     plan_requests = provider.requests[before:]
-    assert [[t["function"]["name"] for t in r.json["tools"]] for r in plan_requests] == [manifest("plan")] * 2
+    assert [[t["function"]["name"] for t in r.json["tools"]] for r in plan_requests] == [mode_tools("plan")] * 2
     assert "Plan mode is active." in json.dumps(plan_requests[0].json["messages"][-1])
     assert [q.WhichOneof("query") for q in queries.log] == ["create_plan_request_query"]
     state = planned.checkpoints()[-1]
@@ -168,7 +155,7 @@ def test_plan_start_then_execute(env, provider):
                                blobs=blobs)
     assert executed.end_error is None and executed.text() == "Implementing."
     sent = provider.requests[-1].json
-    assert [t["function"]["name"] for t in sent["tools"]] == manifest("agent")
+    assert [t["function"]["name"] for t in sent["tools"]] == mode_tools("agent")
     runtime = sent["messages"][-1]["content"]
     runtime = runtime if isinstance(runtime, str) else "".join(p.get("text", "") for p in runtime)
     assert "You are still in **Agent Mode**" in runtime
@@ -250,7 +237,7 @@ def test_late_question_answers_start_a_turn(env, provider):
                          blobs=blobs)
     assert result.end_error is None and result.text() == "SQLite it is."
     sent = provider.requests[-1].json
-    assert [t["function"]["name"] for t in sent["tools"]] == manifest("ask")
+    assert [t["function"]["name"] for t in sent["tools"]] == mode_tools("ask")
     runtime = sent["messages"][-1]["content"]
     runtime = runtime if isinstance(runtime, str) else "".join(p.get("text", "") for p in runtime)
     assert '<question_answers tool_call_id="call_q">' in runtime and '"selected":["SQLite"]' in runtime

@@ -17,7 +17,7 @@ from tests.e2e.harness import Proxy, model_entry, providers_toml, public_id
 from tests.support.fake_web import tiny_png
 from tests.support.scripted_provider import SCRIPTS
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60), pytest.mark.usefixtures("fresh_provider")]
 
 KINDS = ("openai_chat", "openai_responses", "anthropic")
 PNG = tiny_png(4, 3, (20, 40, 220))
@@ -37,13 +37,6 @@ def env(tmp_path_factory, provider):
     proxy = Proxy(home).start()
     yield proxy, {k: public_id(e) for k, e in entries.items()}
     proxy.stop()
-
-
-@pytest.fixture(autouse=True)
-def _fresh_provider_queue(provider):
-    yield
-    with provider._lock:
-        provider._queues.clear()
 
 
 def image_turn(proxy, provider, model: str, kind: str, *, by_blob: bool = False):

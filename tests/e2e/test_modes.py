@@ -14,10 +14,10 @@ from byok.cli.client import user_turn_request
 from byok.cli.executor import ScriptedQueries
 from byok.proto import agent_pb2 as apb
 from tests.e2e.conftest import run, start_proxy
-from tests.e2e.harness import ROOT
+from tests.e2e.harness import ROOT, mode_tools
 from tests.support.scripted_provider import CHAT
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120), pytest.mark.usefixtures("fresh_provider")]
 
 CHAT_MODES = {"agent": apb.AGENT_MODE_AGENT, "ask": apb.AGENT_MODE_ASK, "plan": apb.AGENT_MODE_PLAN,
               "debug": apb.AGENT_MODE_DEBUG, "multitask": apb.AGENT_MODE_MULTITASK}
@@ -34,24 +34,11 @@ PROMPT_WORDS = {"agent": "You pair-program with the user", "ask": "You are in As
                 "multitask": "You are in Multitask mode", "subagent": "You pair-program with the user"}
 
 
-def manifest(mode: str) -> list[str]:
-    """The mode's tools as this proxy offers them: no [web_search] / [image_generation] configured."""
-    tools = json.loads((ROOT / "prompt" / "modes" / f"{mode}.json").read_text())
-    return [t for t in tools if t not in ("WebSearch", "GenerateImage")]
-
-
 @pytest.fixture(scope="module")
 def env(tmp_path_factory, provider):
     proxy, models = start_proxy(tmp_path_factory.mktemp("modes"), provider)
     yield proxy, models["openai_chat"]
     proxy.stop()
-
-
-@pytest.fixture(autouse=True)
-def _fresh_provider_queue(provider):
-    yield
-    with provider._lock:
-        provider._queues.clear()
 
 
 def one_turn(proxy, provider, request, *scripts, queries=None):
@@ -88,7 +75,7 @@ def test_a_text_turn_in_each_mode(env, provider, mode):
         debug.server_endpoint, debug.log_path, debug.session_id = "http://127.0.0.1:7777/ingest", "/ws/.cursor/debug.log", "s-42"
     result, [sent] = one_turn(proxy, provider, request, CHAT.text_reply(f"{mode} reply"))
     assert result.text() == f"{mode} reply"
-    assert sent_tools(sent) == manifest(mode)
+    assert sent_tools(sent) == mode_tools(mode)
     system = sent.json["messages"][0]["content"]
     assert PROMPT_WORDS[mode] in system
     text = runtime_text(sent)
@@ -125,7 +112,7 @@ def test_switch_mode_between_any_two_modes(env, provider):
         queries = ScriptedQueries()
         result, sent = one_turn(proxy, provider, request, CHAT.tool_calls([call]), CHAT.text_reply("switched"),
                                 queries=queries)
-        assert [sent_tools(r) for r in sent] == [manifest(current)] * 2
+        assert [sent_tools(r) for r in sent] == [mode_tools(current)] * 2
         assert MARKERS[current] in runtime_text(sent[0])
         [query] = queries.log
         assert query.switch_mode_request_query.args.target_mode_id == target

@@ -33,15 +33,15 @@ from byok.cli.client import RunResult, user_turn_request
 from byok.cli.executor import FetchPage, LocalExecutor, Misbehave, ScriptedQueries
 from byok.proto import agent_pb2 as apb
 from tests.e2e.conftest import run, start_proxy
-from tests.e2e.harness import ROOT, Proxy
+from tests.e2e.harness import Proxy, mode_tools
 from tests.support.fake_web import FakeWeb, tiny_png
 from tests.support.scripted_provider import CHAT, SCRIPTS, Ev, RecordedRequest, ScriptedProvider, Sse
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(30)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(30), pytest.mark.usefixtures("fresh_provider")]
 
 KINDS = ("openai_chat", "openai_responses", "anthropic")
 MANIFESTS: dict[str, list[str]] = {
-    name: json.loads((ROOT / "prompt" / "modes" / f"{name}.json").read_text())
+    name: mode_tools(name, web_configured=True)
     for name in ("agent", "ask", "plan", "subagent")
 }
 USER_MODES = {"agent": apb.AGENT_MODE_AGENT, "ask": apb.AGENT_MODE_ASK, "plan": apb.AGENT_MODE_PLAN,
@@ -76,14 +76,6 @@ def env(tmp_path_factory, provider, web):
                 f'\n[image_generation]\nbase_url = "{web.base_url}"\nmodel = "gpt-image-1"\napi_key = "sk-img-test"\n')
     yield Env(proxy, provider, models)
     proxy.stop()
-
-
-@pytest.fixture(autouse=True)
-def _fresh_provider_queue(provider):
-    """A test that fails before consuming its scripts must not answer the next test's calls."""
-    yield
-    with provider._lock:
-        provider._queues.clear()
 
 
 # ---- one turn -------------------------------------------------------------------------------------

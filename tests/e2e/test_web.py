@@ -17,17 +17,13 @@ from byok.cli.client import user_turn_request
 from byok.cli.executor import FetchPage, LocalExecutor, ScriptedQueries
 from byok.proto import agent_pb2 as apb
 from tests.e2e.conftest import run, start_proxy
-from tests.e2e.harness import ROOT
+from tests.e2e.harness import mode_tools
 from tests.support.fake_web import FakeWeb
 from tests.support.scripted_provider import CHAT
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60), pytest.mark.usefixtures("fresh_provider")]
 
 BRAVE_KEY = "brave-test-key-0123456789"
-
-
-def manifest(mode: str) -> list[str]:
-    return json.loads((ROOT / "prompt" / "modes" / f"{mode}.json").read_text())
 
 
 @pytest.fixture(scope="module")
@@ -47,13 +43,6 @@ def env(tmp_path_factory, provider):
     base = (home / "providers.toml").read_text()
     yield proxy, models["openai_chat"], home / "providers.toml", base
     proxy.stop()
-
-
-@pytest.fixture(autouse=True)
-def _fresh_provider_queue(provider):
-    yield
-    with provider._lock:
-        provider._queues.clear()
 
 
 def configure(env, tables: str) -> None:
@@ -147,7 +136,7 @@ def test_web_search_and_generate_image_are_absent_without_configuration(env, pro
     modes = {"agent": apb.AGENT_MODE_AGENT, "ask": apb.AGENT_MODE_ASK, "plan": apb.AGENT_MODE_PLAN,
              "debug": apb.AGENT_MODE_DEBUG, "multitask": apb.AGENT_MODE_MULTITASK}
     _, [sent] = turn(env, provider, [], mode=modes[mode])
-    expected = [t for t in manifest(mode) if t not in ("WebSearch", "GenerateImage")]
+    expected = mode_tools(mode)
     assert tool_names(sent) == expected
     assert "WebFetch" in expected  # Cursor fetches pages itself: WebFetch needs no backend
 
