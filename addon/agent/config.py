@@ -225,12 +225,7 @@ class _Lines:
         for k, (start, name, is_array) in enumerate(self.headers):
             if name == table and not is_array:
                 stop = self.headers[k + 1][0] if k + 1 < len(self.headers) else len(self.lines)
-                if key is not None:
-                    pat = re.compile(rf"^\s*[\"']?{re.escape(key)}[\"']?\s*=")
-                    for i in range(start + 1, stop):
-                        if pat.match(self.lines[i]):
-                            return i + 1
-                return start + 1
+                return self._line_in(start, stop, key)
         return None
 
     def find(self, p: int, m: int | None = None, key: str | None = None) -> int | None:
@@ -238,7 +233,11 @@ class _Lines:
         span = self._range(p, m)
         if span is None:
             return None
-        start, stop = span
+        return self._line_in(*span, key)
+
+    def _line_in(self, start: int, stop: int, key: str | None) -> int:
+        """1-based line of `key` in the table whose header is line `start` (0-based, body up to
+        `stop`), or of the header when `key` is None or not there."""
         if key is not None:
             pat = re.compile(rf"^\s*[\"']?{re.escape(key)}[\"']?\s*=")
             for i in range(start + 1, stop):
