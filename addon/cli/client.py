@@ -340,3 +340,13 @@ def user_turn_request(
         env.terminals_folder = workspace + "/.terminals"
     env.time_zone = "UTC"
     return request
+
+
+def resume_request(turn: apb.AgentRunRequest, state: apb.ConversationStateStructure) -> apb.AgentRunRequest:
+    """A run_request with a resume_action, as the IDE sends to continue `turn`'s conversation from a
+    checkpoint it received (e.g. one with a staged tool round, after the stream died): the same
+    model and the turn's request context."""
+    request = apb.AgentRunRequest(conversation_id=turn.conversation_id, requested_model=turn.requested_model)
+    request.conversation_state.CopyFrom(state)
+    request.action.resume_action.request_context.CopyFrom(turn.action.user_message_action.request_context)
+    return request

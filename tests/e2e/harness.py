@@ -4,6 +4,7 @@ with its own confdir (fresh CA), database and providers file. Nothing touches `~
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from byok.agent.config import public_model_id
-from byok.cli.client import CursorClient
+from byok.cli.client import CursorClient, user_turn_request
 from byok.cli.h2client import H2CursorClient
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -158,6 +159,24 @@ class Proxy:
     def h2_client(self, **kwargs) -> H2CursorClient:
         """The HTTP/2 Run client (Cursor's default transport) through this proxy."""
         return H2CursorClient(self.url, self.ca_file, **kwargs)
+
+
+async def newer_turn_while_streaming(older: CursorClient, newer: CursorClient, model: str):
+    """A turn ("first") on `older`; once its first text delta arrives, a second turn ("second") in the
+    same conversation on `newer` (the same client, or one on another replica). Returns both results,
+    the older first."""
+    first = user_turn_request("first", model_id=model)
+    streaming = asyncio.Event()
+
+    async def on_frame(frame):
+        if frame.kind == "interaction_update.text_delta":
+            streaming.set()
+
+    task = asyncio.ensure_future(older.run(first, on_frame=on_frame))
+    await streaming.wait()
+    second = user_turn_request("second", model_id=model, conversation_id=first.conversation_id)
+    result = await newer.run(second)
+    return await task, result
 
 
 def without_proxy_env(environ) -> dict[str, str]:

@@ -11,7 +11,7 @@ import sqlite3
 import pytest
 
 from byok.agent import connect
-from byok.cli.client import user_turn_request
+from byok.cli.client import resume_request, user_turn_request
 from byok.cli.executor import LocalExecutor
 from byok.proto import agent_pb2 as apb, aiserver_pb2 as spb
 from tests.e2e.conftest import run, start_proxy
@@ -239,10 +239,7 @@ def test_resume_from_a_staged_checkpoint_over_http2(env, provider, tmp_path):
     async def resume():
         executor = LocalExecutor(tmp_path)
         async with proxy.h2_client(blobs=blobs, on_exec=executor.on_exec) as client:
-            request = apb.AgentRunRequest(conversation_id=req.conversation_id, requested_model=req.requested_model)
-            request.conversation_state.CopyFrom(staged)
-            request.action.resume_action.request_context.CopyFrom(req.action.user_message_action.request_context)
-            result = await client.run(request, on_frame=executor.on_frame)
+            result = await client.run(resume_request(req, staged), on_frame=executor.on_frame)
         await executor.aclose()
         return result, executor.log
 

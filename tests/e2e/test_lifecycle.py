@@ -13,9 +13,10 @@ from dataclasses import dataclass
 import pytest
 
 from byok.agent import connect
-from byok.cli.client import user_turn_request
+from byok.cli.client import resume_request, user_turn_request
 from byok.proto import agent_pb2 as apb
 from tests.e2e.conftest import run, start_proxy
+from tests.e2e.harness import newer_turn_while_streaming
 from tests.support.scripted_provider import CHAT, Ev, Hang, Sse
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -160,18 +161,7 @@ def test_newer_run_cancels_the_older_one(home, provider):
     try:
         async def scenario():
             async with proxy.client() as client:
-                req_a = user_turn_request("first", model_id=model)
-                started = asyncio.Event()
-
-                async def on_frame(frame):
-                    if frame.kind == "interaction_update.text_delta":
-                        started.set()
-
-                task_a = asyncio.ensure_future(client.run(req_a, on_frame=on_frame))
-                await started.wait()
-                req_b = user_turn_request("second", model_id=model, conversation_id=req_a.conversation_id)
-                result_b = await client.run(req_b)
-                return await task_a, result_b
+                return await newer_turn_while_streaming(client, client, model)
 
         result_a, result_b = run(scenario())
         assert result_a.end_error.code is connect.Code.CANCELED
@@ -284,10 +274,7 @@ def test_kill9_with_a_staged_round_resumes_the_tools_without_a_new_model_call(ho
         async def resume():
             executor = LocalExecutor(workspace)
             async with proxy.client(blobs=blobs, on_exec=executor.on_exec) as client:
-                request = apb.AgentRunRequest(conversation_id=req.conversation_id, requested_model=req.requested_model)
-                request.conversation_state.CopyFrom(staged)
-                request.action.resume_action.request_context.CopyFrom(req.action.user_message_action.request_context)
-                result = await client.run(request, on_frame=executor.on_frame)
+                result = await client.run(resume_request(req, staged), on_frame=executor.on_frame)
                 await executor.aclose()
                 return result, executor.log
 

@@ -7,7 +7,6 @@ guarantees still hold: kill -9 loses nothing, a staged round resumes, a newer ru
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pytest
@@ -15,6 +14,7 @@ import pytest
 from byok.agent import connect
 from byok.cli.client import user_turn_request
 from tests.e2e.conftest import run, start_proxy
+from tests.e2e.harness import newer_turn_while_streaming
 from tests.e2e.test_lifecycle import messages_of, turn
 from tests.support.scripted_provider import CHAT, Ev, ScriptedProvider, Sse
 
@@ -115,18 +115,7 @@ def test_a_newer_run_cancels_the_older_one_on_postgresql(tmp_path, provider, db_
     try:
         async def scenario():
             async with proxy.client() as client:
-                req_a = user_turn_request("first", model_id=model)
-                started = asyncio.Event()
-
-                async def on_frame(frame):
-                    if frame.kind == "interaction_update.text_delta":
-                        started.set()
-
-                task_a = asyncio.ensure_future(client.run(req_a, on_frame=on_frame))
-                await started.wait()
-                req_b = user_turn_request("second", model_id=model, conversation_id=req_a.conversation_id)
-                result_b = await client.run(req_b)
-                return await task_a, result_b
+                return await newer_turn_while_streaming(client, client, model)
 
         result_a, result_b = run(scenario())
         assert result_a.end_error.code is connect.Code.CANCELED

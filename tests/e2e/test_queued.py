@@ -12,7 +12,7 @@ import sqlite3
 import pytest
 
 from byok.agent import connect
-from byok.cli.client import user_turn_request
+from byok.cli.client import resume_request, user_turn_request
 from byok.cli.executor import LocalExecutor
 from byok.proto import agent_pb2 as apb
 from tests.e2e.conftest import run, start_proxy
@@ -319,12 +319,7 @@ def test_a_queued_message_survives_kill9(tmp_path, own_provider):
         async def resume():
             executor = LocalExecutor(workspace)
             async with proxy.client(blobs=blobs, on_exec=executor.on_exec) as client:
-                resumed = apb.AgentRunRequest(conversation_id=request.conversation_id,
-                                              requested_model=request.requested_model)
-                resumed.conversation_state.CopyFrom(staged[-1])
-                resumed.action.resume_action.request_context.CopyFrom(
-                    request.action.user_message_action.request_context)
-                result = await client.run(resumed, on_frame=executor.on_frame)
+                result = await client.run(resume_request(request, staged[-1]), on_frame=executor.on_frame)
                 await executor.aclose()
                 return result
 
@@ -376,12 +371,8 @@ def test_a_resume_with_a_changed_request_context_tells_the_model_once(env, provi
             first = await client.run(request)
 
             def resume(after):
-                again = apb.AgentRunRequest(conversation_id=request.conversation_id,
-                                            requested_model=request.requested_model)
-                again.conversation_state.CopyFrom(after.checkpoints()[-1])
-                context = again.action.resume_action.request_context
-                context.CopyFrom(request.action.user_message_action.request_context)
-                context.env.shell = "pwsh"
+                again = resume_request(request, after.checkpoints()[-1])
+                again.action.resume_action.request_context.env.shell = "pwsh"
                 return again
 
             second = await client.run(resume(first))

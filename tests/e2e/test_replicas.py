@@ -16,9 +16,10 @@ import shutil
 import pytest
 
 from byok.agent import connect
-from byok.cli.client import CursorClient, user_turn_request
+from byok.cli.client import CursorClient, resume_request, user_turn_request
 from byok.proto import agent_pb2 as apb
 from tests.e2e.conftest import run, start_proxy
+from tests.e2e.harness import newer_turn_while_streaming
 from tests.support.scripted_provider import CHAT, Ev, Hang, ScriptedProvider, Sse
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -61,18 +62,7 @@ def test_a_newer_run_on_another_replica_fences_the_older_one_at_once(replicas, p
 
     async def scenario():
         async with a.client() as on_a, b.client() as on_b:
-            first = user_turn_request("first", model_id=model)
-            streaming = asyncio.Event()
-
-            async def on_frame(frame):
-                if frame.kind == "interaction_update.text_delta":
-                    streaming.set()
-
-            task = asyncio.ensure_future(on_a.run(first, on_frame=on_frame))
-            await streaming.wait()
-            second = user_turn_request("second", model_id=model, conversation_id=first.conversation_id)
-            newer = await on_b.run(second)
-            return await task, newer
+            return await newer_turn_while_streaming(on_a, on_b, model)
 
     older, newer = run(scenario())
     assert newer.end_error is None and newer.text() == "the newer answer"
@@ -132,10 +122,7 @@ def test_kill9_of_a_replica_mid_round_and_the_retry_on_another_resumes(replicas,
     async def retry_on_b():
         executor = LocalExecutor(workspace)
         async with b.client(blobs=blobs, on_exec=executor.on_exec) as client:
-            retry = apb.AgentRunRequest(conversation_id=request.conversation_id, requested_model=request.requested_model)
-            retry.conversation_state.CopyFrom(staged)
-            retry.action.resume_action.request_context.CopyFrom(request.action.user_message_action.request_context)
-            result = await client.run(retry, on_frame=executor.on_frame)
+            result = await client.run(resume_request(request, staged), on_frame=executor.on_frame)
         await executor.aclose()
         return result, executor.log
 
