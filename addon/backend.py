@@ -39,6 +39,8 @@ from .stream_server import RUN_HEADER, RUN_STREAM_HEADER, StreamServer
 log = logging.getLogger("byok.backend")
 
 CONNECT_PROTO = "application/connect+proto"
+PARENT_TOOL_CALL_HEADER = "x-parent-agent-tool-call-id"
+"""A subagent's appends name the parent's Task call (PROTOCOL 5.11)."""
 ANSWERED_HERE = ("rejected", "run-probe", "answered", "status")
 
 
@@ -87,6 +89,7 @@ class Backend:
             store=self.store, lookup_model=self.providers.lookup, prompts=prompts, http=self.http,
             clock=clock, ids=ids, verbose_llm=settings.verbose_llm, team=self.team, replica=self.replica,
             provider_limits=StreamLimits(headers_s=settings.provider_headers_s, idle_s=settings.provider_idle_s),
+            user_models=lambda: list(self.providers.models),
         )
         self.runtime = Runtime(
             is_user_model=lambda model_id: self.providers.lookup(model_id) is not None,
@@ -415,8 +418,9 @@ class Backend:
         flow.metadata["byok_request_id"] = append.request_id
         runtime = self.runtime
         allowed, user = self._allowed(flow), authenticated_user(flow)
+        parent = flow.request.headers.get(PARENT_TOOL_CALL_HEADER) or None
         route = runtime.on_append(append.request_id, append.seqno, append.message, append.raw,
-                                  local_allowed=allowed, user=user)
+                                  local_allowed=allowed, user=user, parent_tool_call_id=parent)
         if route is None:
             try:
                 await self._wait_route(append.request_id)
@@ -427,7 +431,7 @@ class Backend:
                 self._unary_error(flow, e)
                 return
             route = runtime.on_append(append.request_id, append.seqno, append.message, append.raw,
-                                      local_allowed=allowed, user=user)
+                                      local_allowed=allowed, user=user, parent_tool_call_id=parent)
         if route is Route.UPSTREAM:
             flow.metadata["byok"] = "upstream"
             return

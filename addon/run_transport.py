@@ -84,6 +84,11 @@ class PendingRun:
     created: float = field(default_factory=time.monotonic)
 
 
+def _parent_call(headers: list[tuple[str, str]]) -> str | None:
+    """A subagent's Run names the parent's Task call (`X-Parent-Agent-Tool-Call-Id`)."""
+    return next((v for k, v in headers if k.lower() == "x-parent-agent-tool-call-id" and v), None)
+
+
 def relay_headers(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """The client's request headers as they may go on over HTTP/2 (lowercase, no hop-by-hop)."""
     return [(k.lower(), v) for k, v in headers if not k.startswith(":") and k.lower() not in HOP_BY_HOP
@@ -160,7 +165,8 @@ class RunTransport:
             log.warning("[%s] Run rejected: %s", rid, e)
             await _answer_error(response, e, body)
             return
-        route = self.runtime.on_append(rid, 0, *first, local_allowed=pending.refusal is None, user=pending.user)
+        route = self.runtime.on_append(rid, 0, *first, local_allowed=pending.refusal is None, user=pending.user,
+                                       parent_tool_call_id=_parent_call(pending.headers))
         if route is Route.REFUSED:
             log.warning("[%s] refused: %s", rid, pending.refusal)
             await _answer_error(response, AccessDenied(

@@ -484,6 +484,34 @@ def m007_run_replica(db: Database) -> None:
     _run(db, "ALTER TABLE runs ADD COLUMN replica TEXT")
 
 
+@migration(postgresql="""
+    CREATE TABLE subagents (
+        child_conversation_id TEXT PRIMARY KEY,
+        parent_tool_call_id TEXT NOT NULL,
+        parent_conversation_id TEXT,
+        subagent_type TEXT,
+        created_at_ms BIGINT NOT NULL
+    );
+    CREATE INDEX subagents_parent ON subagents(parent_conversation_id, parent_tool_call_id)
+""")
+def m008_subagents(db: Database) -> None:
+    """Which parent Task call launched each subagent conversation (its X-Parent-Agent-Tool-Call-Id):
+    a parent resumed after a crash finds its children instead of launching them twice."""
+    _run(
+        db,
+        """
+        CREATE TABLE subagents (
+            child_conversation_id TEXT PRIMARY KEY,
+            parent_tool_call_id TEXT NOT NULL,
+            parent_conversation_id TEXT,
+            subagent_type TEXT,
+            created_at_ms INTEGER NOT NULL
+        );
+        CREATE INDEX subagents_parent ON subagents(parent_conversation_id, parent_tool_call_id)
+        """,
+    )
+
+
 def apply(db, *, stop_before: str | None = None) -> None:
     """Apply pending migrations (those before `stop_before`, if named) to either backend."""
     if db.dialect == "sqlite":

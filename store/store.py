@@ -39,6 +39,10 @@ class StaleRun(StoreError):
     """A run tried to change a conversation that a newer run owns now."""
 
 
+class SubagentConflict(StoreError):
+    """A subagent conversation was bound to a different parent Task call before."""
+
+
 class RunExists(StoreError):
     """A run with this request id was already claimed."""
 
@@ -555,6 +559,39 @@ class Store:
                 )
 
     # ---- tool rounds ----------------------------------------------------------------------------
+
+    # ---- subagents ------------------------------------------------------------------------------
+
+    def bind_subagent(self, child_conversation_id: str, parent_tool_call_id: str,
+                      parent_conversation_id: str | None, subagent_type: str | None) -> None:
+        """Record the parent Task call of a subagent conversation, once. The same child bound to
+        another call is a SubagentConflict (a parent conversation learned later is filled in)."""
+        with self.db.atomic():
+            self.db.execute(
+                "INSERT INTO subagents(child_conversation_id, parent_tool_call_id, parent_conversation_id,"
+                " subagent_type, created_at_ms) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                [child_conversation_id, parent_tool_call_id, parent_conversation_id, subagent_type, self._now()])
+            row = self.db.execute(
+                "SELECT parent_tool_call_id, parent_conversation_id FROM subagents WHERE child_conversation_id = ?",
+                [child_conversation_id]).fetchone()
+            if row[0] != parent_tool_call_id:
+                raise SubagentConflict(f"conversation {child_conversation_id} is the subagent of Task call "
+                                       f"{row[0]!r}, not {parent_tool_call_id!r}")
+            if row[1] is None and parent_conversation_id is not None:
+                self.db.execute("UPDATE subagents SET parent_conversation_id = ? WHERE child_conversation_id = ?",
+                                [parent_conversation_id, child_conversation_id])
+
+    def subagent_of_call(self, parent_conversation_id: str, parent_tool_call_id: str) -> str | None:
+        """The child conversation a parent's Task call launched, or None."""
+        row = self.db.execute(
+            "SELECT child_conversation_id FROM subagents WHERE parent_conversation_id = ? AND parent_tool_call_id = ?"
+            " ORDER BY created_at_ms DESC LIMIT 1", [parent_conversation_id, parent_tool_call_id]).fetchone()
+        return None if row is None else row[0]
+
+    def head_messages(self, conversation_id: str) -> list[StoredMessage]:
+        """The messages of a conversation's head revision (empty when it has none)."""
+        row = self.db.execute("SELECT head_revision_id FROM conversations WHERE id = ?", [conversation_id]).fetchone()
+        return self.messages(row[0]) if row is not None and row[0] is not None else []
 
     def stage_round(
         self, round_id: str, conversation_id: str, request_id: str, base_revision_id: int | None,

@@ -162,12 +162,10 @@ MID_RUN_ACTIONS: dict[str, MidRunAction] = {
 }
 
 REFUSED: dict[str, str] = {
-    "cancel_subagent_action": "cursor-byok does not run subagents yet, so there is no subagent to cancel.",
-    "background_task_completion_action": "cursor-byok does not run background tasks (subagents) yet, "
-                                         "so it cannot continue from a finished one.",
     "background_shell_action": "cursor-byok cannot move a command to the background on request; "
                                "a command that runs past its wait time goes to the background by itself.",
-    "background_subagent_action": "cursor-byok does not run subagents yet, so none can be moved to the background.",
+    "background_subagent_action": "cursor-byok moves a subagent to the background only while its parent's run "
+                                  "waits for it; send it during that run.",
     "subscription_notification_action": "cursor-byok does not support subscriptions, so it cannot answer "
                                         "a subscription notification.",
     "goal_continuation_action": "cursor-byok does not support goals, so there is no goal to continue.",
@@ -205,3 +203,7 @@ def install_mid_run(turn: TurnState) -> None:
         return True
 
     turn.run.mid_run_action = handle
+
+
+# The capability modules add their branches to these tables when imported: load them with the tables.
+from . import capabilities  # noqa: E402,F401

@@ -20,4 +20,4 @@ CAPABILITIES: list[Callable[[TurnState], TurnHooks]] = [
 ]
 
 # Capability modules append themselves (and their ConversationAction branches) when imported.
-from . import mcp  # noqa: E402,F401
+from . import subagents, mcp  # noqa: E402,F401  (subagents first: a child's tool set decides MCP's)

@@ -79,6 +79,8 @@ class Turn:
         self.prefetched = request_parts.prefetched(request)
         self.dynamic_tools = ()
         self.offered_tools = _offered_tools(self.mode, self.tools)
+        self.extra_action_context: list[str] = []
+        """Blocks capabilities add to this run's runtime message (e.g. a custom subagent's instructions)."""
         self.execs = tool_round.new_exec_table(run)
         run.execs = self.execs
         self.hooks: list[TurnHooks] = [make(self) for make in capabilities.CAPABILITIES]
@@ -223,10 +225,15 @@ class Turn:
     # ---- the runtime user message ---------------------------------------------------------------
 
     async def _begin_user_turn(self, action: apb.UserMessageAction | None = None, *,
-                               action_context: Sequence[str] = ()) -> None:
+                               action_context: Sequence[str] = (), event_id: str | None = None,
+                               payload_extra: dict | None = None) -> None:
         """`action`: the user message of this turn (default: the request's user_message_action;
-        actions.py builds one for start/execute plan and late question answers)."""
+        actions.py builds one for start/execute plan and late question answers). `event_id`: the
+        runtime message's idempotency key (default `run-request:<request_id>`; a background
+        completion uses `subagent-completed:<id>`); `payload_extra`: fields a capability keeps in
+        the stored message for its checkpoint fold (written once, replayed with the message)."""
         run = self.run
+        action_context = (*action_context, *self.extra_action_context)
         action = action if action is not None else self.request.action.user_message_action
         if action.user_message.message_id:
             # An edited earlier message reuses its message_id: go back to the revision before it
@@ -238,7 +245,7 @@ class Turn:
                          run.request_id, action.user_message.message_id, anchored)
                 await self._use_revision(anchored)
                 await self._hold_base()
-        event_id = f"run-request:{run.request_id}"
+        event_id = event_id or f"run-request:{run.request_id}"
         existing = await self.svc.store.runtime_event(self.conversation_id, event_id)
         if existing is not None:
             payload = existing.payload  # replayed exactly: never re-rendered, never re-timed
@@ -246,6 +253,7 @@ class Turn:
             payload, _ = user_input.turn_payload(
                 await self._runtime_parts(action, action_context), action.user_message, event_id=event_id,
                 request_id=run.request_id, state_blob=self.base_state_bytes)
+            payload.update(payload_extra or {})
         await self._append([NewMessage("user", "runtime", payload, event_id, run.request_id)])
         # The initial checkpoint's ACK round trips overlap the provider's time to first token: the
         # first model event waits for it (frame order is unchanged), and so does a failure.

@@ -81,6 +81,8 @@ class Run:
     execs: object = None
     """The exec/interaction table (tools/dispatch.py) once the run has tools."""
     client_messages: list = field(default_factory=list)
+    parent_tool_call_id: str | None = None
+    """A subagent's run: the parent's Task call id its client sent (`X-Parent-Agent-Tool-Call-Id`)."""
     mid_run_action: Callable[[apb.ConversationAction], bool] | None = None
     """Set by the turn (actions.py): handles a mid-run action, False when it has no handler."""
     on_client_cancel: list[Callable[[], None]] = field(default_factory=list)

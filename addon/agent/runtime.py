@@ -155,12 +155,15 @@ class Runtime:
     # ---- appends ---------------------------------------------------------------------------------
 
     def on_append(self, request_id: str, seqno: int, message: apb.AgentClientMessage, raw: bytes, *,
-                  local_allowed: bool = True, user: str | None = None) -> Route | None:
+                  local_allowed: bool = True, user: str | None = None,
+                  parent_tool_call_id: str | None = None) -> Route | None:
         """Take one decoded append. Returns the route if known (the caller passes UPSTREAM appends
         on untouched, refuses REFUSED ones, or waits when None). `local_allowed` is False for a
         client that may not use the user's models: its appends never reach a local run. `user` is
         the client's proxyauth name: a local run belongs to the user of its run_request, and
-        another user's appends to it are REFUSED."""
+        another user's appends to it are REFUSED. `parent_tool_call_id` is the append's
+        `X-Parent-Agent-Tool-Call-Id` (a subagent's run): bound to the run, a conflicting value later
+        is a protocol error."""
         if request_id in self.upstream:
             return Route.UPSTREAM
         if request_id in self.refused:
@@ -178,6 +181,14 @@ class Runtime:
         if route is not Route.LOCAL or ch.run is None:
             return route
         run = ch.run
+        if parent_tool_call_id:
+            if run.parent_tool_call_id is None:
+                run.parent_tool_call_id = parent_tool_call_id
+            elif run.parent_tool_call_id != parent_tool_call_id:
+                run.fail(ProtocolError(
+                    f"X-Parent-Agent-Tool-Call-Id changed within request {request_id}: bound to "
+                    f"{run.parent_tool_call_id!r}, then {parent_tool_call_id!r}"))
+                return route
         if message.WhichOneof("message") == "client_heartbeat" and run.stream_attached and not run.terminal:
             run.emit(updates.heartbeat())  # answered at once, whatever the seqno gaps
         try:

@@ -129,6 +129,8 @@ class TurnState(Protocol):
     call_index: int
     tool_context: "RunToolContext"
     offered_tools: dict[str, "ToolDef"]
+    extra_action_context: list[str]
+    """Blocks capabilities add to the run's runtime message (ACTION_CONTEXT), set before its action."""
     dynamic_tools: tuple["ToolSpec", ...]
     """Tools added after them for this run (MCP tools offered directly); counted as `mcp`."""
     execs: "ExecTable"
@@ -136,7 +138,8 @@ class TurnState(Protocol):
     hooks: list[TurnHooks]
 
     async def _begin_user_turn(self, action: "apb.UserMessageAction | None" = None, *,
-                               action_context: "Sequence[str]" = ()) -> None: ...
+                               action_context: "Sequence[str]" = (), event_id: str | None = None,
+                               payload_extra: dict | None = None) -> None: ...
 
     async def _resume(self) -> bool: ...
 

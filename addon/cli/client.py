@@ -132,6 +132,8 @@ class CursorClient:
         )
         self._seqno: dict[str, int] = {}
         self._frames: dict[str, list[Frame]] = {}
+        self.append_headers: dict[str, dict[str, str]] = {}
+        """Extra headers on every BidiAppend of a request (a subagent's X-Parent-Agent-Tool-Call-Id)."""
         self._tasks: set[asyncio.Task] = set()
 
     async def aclose(self) -> None:
@@ -159,7 +161,8 @@ class CursorClient:
             seqno = self.next_seqno(request_id)
         self._frames.setdefault(request_id, []).append(Frame("up", time.monotonic(), message, seqno=seqno))
         data = body if body is not None else encode_bidi_append(request_id, seqno, message, self.append_form)
-        headers = {"content-type": "application/proto", "connect-protocol-version": "1"}
+        headers = {"content-type": "application/proto", "connect-protocol-version": "1",
+                   **self.append_headers.get(request_id, {})}
         if self.gzip_appends:
             data = gzip.compress(data)
             headers["content-encoding"] = "gzip"

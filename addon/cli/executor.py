@@ -173,6 +173,8 @@ class LocalExecutor:
         self.ls_depth = ls_depth
         self.misbehave = list(misbehave)
         self.mcp = mcp
+        self.subagents = None
+        """A SubagentRunner (subagents.py) that runs `subagent_args` as child runs, when set."""
         """Answers the MCP execs (GetMcpTools, CallMcpTool, FetchMcpResource) when set."""
         self.log: list[apb.ExecServerMessage] = []
         """Every exec request received, in order."""
@@ -197,6 +199,12 @@ class LocalExecutor:
             client.append_soon(request_id, A(exec_client_control_message=apb.ExecClientControlMessage(
                 stream_close=apb.ExecClientStreamClose(id=message.id))))
 
+        if field_name == "subagent_args" and self.subagents is not None and kind is None:
+            reply = await self.subagents.execute(client, request_id, message)
+            if reply is not None:
+                send(reply)
+            close()
+            return
         if kind == "empty_first":
             send(E(id=message.id))
         if kind == "close_before_result":

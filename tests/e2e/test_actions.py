@@ -27,6 +27,7 @@ DEDICATED = {  # handled branches whose behaviour has a test of its own below (o
     "user_message_action", "shell_command_action", "start_plan_action", "execute_plan_action",
     "async_ask_question_completion_action",
     "summarize_action",  # tests/e2e/test_compaction.py
+    "cancel_subagent_action", "background_task_completion_action",  # tests/e2e/test_subagents.py
 }
 
 

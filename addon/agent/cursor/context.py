@@ -115,6 +115,9 @@ def _block(tag: str, body: str, **attrs: object) -> str:
     return f"<{tag}{rendered}>\n{body}\n</{tag}>"
 
 
+render_block = _block
+
+
 def _join(blocks: Iterable[str], sep: str = "\n\n") -> str:
     return sep.join(b for b in blocks if b)
 

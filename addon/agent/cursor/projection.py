@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from byok.proto import agent_pb2 as apb
 
+from . import subagent_state
 from ..errors import ProtocolError
 from ..history import FoldedItem, fold, summaries, unb64, view
 from ..transcript import AssistantItem, ImagePart, TextPart, ToolCall, ToolResultItem, ToolSpec, UserItem
@@ -65,6 +66,8 @@ class ProjectionContext:
     """Context size to report when the client's state has none."""
     dynamic_tools: tuple[ToolSpec, ...] = ()
     """Tools offered after the mode's (MCP tools offered directly): the `mcp` category."""
+    parent_tool_call_id: str | None = None
+    """A subagent's run: the parent's Task call its progress is filed under (subagent_state.py)."""
 
 
 @dataclass(frozen=True)
@@ -478,6 +481,7 @@ def project(
                    summary_text=summary_text)
     _summary_state(b, state, messages, compacted)
     _fold_tool_state(b, state, messages)
+    subagent_state.fold(state, messages, ctx.parent_tool_call_id)
     return Projection(state=state, blobs=b.blobs, refs=b.refs, roots_digest=roots_digest(roots),
                       last_turn_steps=len(turns[-1].steps) if turns else 0)
 

@@ -25,8 +25,8 @@ M = agent_pb2.AgentMode
 
 AGENT_TOOLS = (
     "Shell", "Grep", "Delete", "WebSearch", "WebFetch", "GenerateImage", "TodoWrite", "StrReplace",
-    "Write", "Read", "ReadLints", "Glob", "Ls", "AskQuestion", "AwaitShell", "GetMcpTools", "FetchMcpResource",
-    "SwitchMode", "CallMcpTool",
+    "Write", "Read", "ReadLints", "Glob", "Ls", "AskQuestion", "Task", "AwaitShell", "GetMcpTools",
+    "FetchMcpResource", "SwitchMode", "CallMcpTool",
 )  # fmt: skip
 ASK_TOOLS = ("AskQuestion", "Glob", "Grep", "Ls", "Read", "ReadLints", "SwitchMode", "WebFetch", "WebSearch")
 PLAN_TOOLS = (
@@ -37,11 +37,11 @@ DEBUG_TOOLS = (
     "Shell", "Grep", "Delete", "WebSearch", "WebFetch", "TodoWrite", "StrReplace", "Write", "Read",
     "ReadLints", "Glob", "Ls", "AskQuestion", "AwaitShell", "SwitchMode",
 )  # fmt: skip
-MULTITASK_TOOLS = DEBUG_TOOLS  # + Task once the subagent tool lands (prompt/README.md)
+MULTITASK_TOOLS = (*DEBUG_TOOLS[:13], "Task", *DEBUG_TOOLS[13:])  # debug's set + Task, after AskQuestion
 SUBAGENT_TOOLS = (
     "Shell", "Grep", "Delete", "WebSearch", "WebFetch", "GenerateImage", "TodoWrite", "StrReplace",
-    "Write", "Read", "ReadLints", "Glob", "Ls", "AwaitShell", "GetMcpTools", "FetchMcpResource", "SwitchMode",
-    "UpdateCurrentStep", "CallMcpTool",
+    "Write", "Read", "ReadLints", "Glob", "Ls", "Task", "AwaitShell", "GetMcpTools", "FetchMcpResource",
+    "SwitchMode", "UpdateCurrentStep", "CallMcpTool",
 )  # fmt: skip
 
 # DESIGN.md section 6: model-facing names and parameters are facts (* = required).
@@ -76,7 +76,6 @@ DESIGN_PARAMETERS = {
     "CreatePlan": ({"name", "overview", "plan"}, {"todos"}),
 }
 
-NOT_YET_SHIPPED = {"Task"}
 
 
 @pytest.fixture(scope="module")
@@ -122,11 +121,10 @@ def test_ask_and_plan_cannot_change_the_workspace(assets):
         assert not mutating & set(assets.mode(mode).tool_names)
 
 
-def test_tools_of_later_issues_are_catalogued_but_offered_nowhere(assets):
-    assert NOT_YET_SHIPPED <= set(assets.catalog)
+def test_editnotebook_is_not_catalogued_and_task_is_where_cursor_offers_it(assets):
     assert "EditNotebook" not in assets.catalog
-    for mode in assets.modes.values():
-        assert not NOT_YET_SHIPPED & set(mode.tool_names)
+    offering = sorted(name for name, mode in assets.modes.items() if "Task" in mode.tool_names)
+    assert offering == ["agent", "multitask", "subagent"]
 
 
 @pytest.mark.parametrize("tool", sorted(DESIGN_PARAMETERS))
@@ -167,12 +165,12 @@ def test_shell_tells_the_model_how_to_background(assets):
 # Any change to a mode's tools (names, order, descriptions, schemas) changes its digest and starts a
 # new provider cache domain: update these on purpose.
 PINNED_DIGESTS = {
-    "agent": "d099bdba907d51b541487a7da0a2055040ccca793a7d1890e522d1f6a2de18e4",
+    "agent": "4cfea0e4cc261d6c3bcdaf606ddbd6068cffa05b2e047c4993293668344085ec",
     "ask": "885153ce3e9b52d760d6363ae2408b64188b67ba4cf37a08c6e46f962dfd4ff1",
     "plan": "64db00cb409cdf853e5017fb58aee75b38d7b7829552e4e40c7552ef0c38ef7c",
     "debug": "2532575fdb975a7d900702530b2a74ea5cba41599f3aeb9db625bfde1d8efaf6",
-    "multitask": "2532575fdb975a7d900702530b2a74ea5cba41599f3aeb9db625bfde1d8efaf6",
-    "subagent": "204057b0c1cacd5abf29ec23b166f85cbd6d16003ad20722ba1ccc943fa4c90b",
+    "multitask": "09ef44d6ca4de4679545277b033e7c8126774ddf9a0c503d91a9b651230be72d",
+    "subagent": "0c31dc147f9586e18f8e180a7269923e2a7f2ff015a1a94c44f37a576862f756",
 }
 
 

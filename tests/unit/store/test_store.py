@@ -409,3 +409,17 @@ def test_a_displacing_claim_notifies_the_fence_channel_when_it_commits(pg_url):
         return heard
 
     assert asyncio.run(scenario()) == [("old", "new")]
+
+
+def test_a_subagent_is_bound_to_one_parent_call(store):
+    from byok.store import SubagentConflict
+
+    store.bind_subagent("child-1", "call_a", None, "explore")
+    store.bind_subagent("child-1", "call_a", "parent", "explore")  # again: the parent is filled in
+    assert store.subagent_of_call("parent", "call_a") == "child-1"
+    assert store.subagent_of_call("parent", "call_b") is None and store.subagent_of_call("other", "call_a") is None
+    with pytest.raises(SubagentConflict):
+        store.bind_subagent("child-1", "call_b", "parent", "explore")
+    assert store.head_messages("child-1") == []
+    store.append("child-1", None, [msg("task")])
+    assert [m.payload["text"] for m in store.head_messages("child-1")] == ["task"]

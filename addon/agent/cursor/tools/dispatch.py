@@ -11,6 +11,8 @@
   id never issued, the wrong result type, stream_close before the result, a throw.
 - `abort_running()` (cancel, error, shutdown) returns the ids to send `abort` for: running execs only,
   never a shell that went to the background.
+- `stop(call_id, field, error, abort=)` ends one call's exec from the server's side (a subagent the
+  user cancelled or moved to the background).
 """
 
 from __future__ import annotations
@@ -74,6 +76,23 @@ class ExecTable:
     def settle(self) -> None:
         """The round settled: late replies for its ids are no longer expected."""
         self.tombstones.clear()
+
+    def stop(self, call_id: str, field_name: str, error: Exception, *, abort: bool) -> int | None:
+        """End one call's pending exec from the server's side: its waiter gets `error`. With `abort`
+        the client is told to stop it (ExecServerAbort); without, it goes on in the background (a
+        subagent moved there). Either way a late reply for it is ignored. Returns the exec id."""
+        for exec_id, entry in list(self.pending.items()):
+            if entry.call_id == call_id and entry.field == field_name and entry.kind == "exec":
+                self.take(exec_id)
+                if abort:
+                    self.emit(updates.exec_abort(exec_id))
+                else:
+                    entry.abortable = False
+                    self.background.add(exec_id)
+                if not entry.future.done():
+                    entry.future.set_exception(error)
+                return exec_id
+        return None
 
     def abort_running(self) -> list[int]:
         ids = [i for i, p in self.pending.items() if p.kind == "exec" and p.abortable]

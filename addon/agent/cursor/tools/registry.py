@@ -23,6 +23,7 @@
 | GetMcpTools       | exec               | get_mcp_tools_tool_call       | mcp_state_exec_args                            | mcp_state_exec_result               |
 | CallMcpTool       | exec               | mcp_tool_call                 | mcp_args (the exact cached definition)         | mcp_result                          |
 | FetchMcpResource  | exec               | read_mcp_resource_tool_call   | read_mcp_resource_exec_args                    | read_mcp_resource_exec_result       |
+| Task              | exec               | task_tool_call                | subagent_args (the client runs the child)      | subagent_result                     |
 
 `ctx.extra` keys the dispatcher provides: `todos` (TodoWrite: the current list of TodoItem),
 `now_ms` (TodoWrite timestamps, optional), `message_index` (UpdateCurrentStep, required), `mcp`
@@ -46,6 +47,7 @@ from .files import DELETE, GLOB, GREP, LS, READ, READ_LINTS
 from .interaction import ASK_QUESTION, CREATE_PLAN, GENERATE_IMAGE, SWITCH_MODE, WEB_FETCH, WEB_SEARCH
 from .local import TODO_WRITE, UPDATE_CURRENT_STEP
 from .mcp import CALL_MCP_TOOL, FETCH_MCP_RESOURCE, GET_MCP_TOOLS
+from .task import TASK
 from .shell import AWAIT_SHELL, SHELL
 
 __all__ = ["REGISTRY", "decode_args", "invalid_args_outcome", "lookup", "unknown_tool_outcome"]
@@ -56,7 +58,7 @@ REGISTRY: Mapping[str, ToolDef] = MappingProxyType({
         READ, LS, GREP, GLOB, DELETE, READ_LINTS, WRITE, STR_REPLACE, SHELL, AWAIT_SHELL,
         TODO_WRITE, UPDATE_CURRENT_STEP,
         ASK_QUESTION, CREATE_PLAN, SWITCH_MODE, WEB_FETCH, WEB_SEARCH, GENERATE_IMAGE,
-        GET_MCP_TOOLS, CALL_MCP_TOOL, FETCH_MCP_RESOURCE,
+        GET_MCP_TOOLS, CALL_MCP_TOOL, FETCH_MCP_RESOURCE, TASK,
     )
 })
 
