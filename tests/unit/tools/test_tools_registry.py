@@ -25,13 +25,14 @@ SAMPLES = {
     "WebFetch": {"url": "https://x.dev"}, "WebSearch": {"search_term": "q"}, "GenerateImage": {"description": "d"},
     "GetMcpTools": {"server": "s"}, "CallMcpTool": {"server": "s", "toolName": "t", "arguments": {"a": [1, "x"]}},
     "FetchMcpResource": {"server": "s", "uri": "file:///r"},
+    "Task": {"description": "d", "prompt": "p", "subagent_type": "explore", "attachments": ["a.py"]},
 }
 
 
 def test_registry_names_are_catalog_names():
     assert set(REGISTRY) == set(SAMPLES)
     assert set(REGISTRY) <= set(CATALOG)
-    assert lookup("Read") is REGISTRY["Read"] and lookup("read") is None and lookup("Task") is None
+    assert lookup("Read") is REGISTRY["Read"] and lookup("read") is None and lookup("task") is None
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLES))
