@@ -8,12 +8,13 @@ from .aio import AsyncStore
 from .db import DatabaseUnavailable
 from .store import (
     BlobHashMismatch, BlobRef, ConversationOfAnotherUser, GcStats, NewMessage, RunExists, RuntimeEventConflict, StaleRun, Store,
-    SubagentConflict,
+    SubagentBinding, SubagentConflict, SubagentLaunch,
     StoreError, StoredMessage, blob_id, canonical_json, now_ms,
 )
 
 __all__ = [
     "AsyncStore", "BlobHashMismatch", "ConversationOfAnotherUser", "DatabaseUnavailable", "BlobRef", "GcStats", "NewMessage", "RunExists",
-    "RuntimeEventConflict", "StaleRun", "Store", "StoreError", "StoredMessage", "SubagentConflict", "blob_id",
+    "RuntimeEventConflict", "StaleRun", "Store", "StoreError", "StoredMessage", "SubagentBinding", "SubagentConflict", "SubagentLaunch",
+    "blob_id",
     "canonical_json", "now_ms",
 ]

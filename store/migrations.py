@@ -512,6 +512,63 @@ def m008_subagents(db: Database) -> None:
     )
 
 
+
+@migration(postgresql="""
+    CREATE TABLE subagent_launches (
+        parent_conversation_id TEXT NOT NULL,
+        parent_tool_call_id TEXT NOT NULL,
+        root_conversation_id TEXT NOT NULL,
+        subagent_type TEXT NOT NULL,
+        readonly BIGINT NOT NULL,
+        depth BIGINT NOT NULL,
+        resume_agent_id TEXT,
+        created_at_ms BIGINT NOT NULL,
+        PRIMARY KEY (parent_conversation_id, parent_tool_call_id)
+    );
+    CREATE INDEX subagent_launches_call ON subagent_launches(parent_tool_call_id);
+    ALTER TABLE subagents DROP CONSTRAINT subagents_pkey;
+    ALTER TABLE subagents ADD PRIMARY KEY (child_conversation_id, parent_tool_call_id);
+    ALTER TABLE subagents ADD COLUMN base_revision_id BIGINT
+""")
+def m009_subagent_launches(db: Database) -> None:
+    """What each Task call asked for (read-only, depth, parent conversation), stored before its exec
+    goes out, so the child reads it whenever it binds; and one binding per (child, Task call): a
+    resumed subagent is bound again under the new call, from the revision it resumed at."""
+    _run(
+        db,
+        """
+        CREATE TABLE subagent_launches (
+            parent_conversation_id TEXT NOT NULL,
+            parent_tool_call_id TEXT NOT NULL,
+            root_conversation_id TEXT NOT NULL,
+            subagent_type TEXT NOT NULL,
+            readonly INTEGER NOT NULL,
+            depth INTEGER NOT NULL,
+            resume_agent_id TEXT,
+            created_at_ms INTEGER NOT NULL,
+            PRIMARY KEY (parent_conversation_id, parent_tool_call_id)
+        );
+        CREATE INDEX subagent_launches_call ON subagent_launches(parent_tool_call_id);
+        CREATE TABLE subagents_m009 (
+            child_conversation_id TEXT NOT NULL,
+            parent_tool_call_id TEXT NOT NULL,
+            parent_conversation_id TEXT,
+            subagent_type TEXT,
+            created_at_ms INTEGER NOT NULL,
+            base_revision_id INTEGER,
+            PRIMARY KEY (child_conversation_id, parent_tool_call_id)
+        );
+        INSERT INTO subagents_m009(child_conversation_id, parent_tool_call_id, parent_conversation_id, subagent_type,
+                                   created_at_ms)
+            SELECT child_conversation_id, parent_tool_call_id, parent_conversation_id, subagent_type, created_at_ms
+            FROM subagents;
+        DROP TABLE subagents;
+        ALTER TABLE subagents_m009 RENAME TO subagents;
+        CREATE INDEX subagents_parent ON subagents(parent_conversation_id, parent_tool_call_id)
+        """,
+    )
+
+
 def apply(db, *, stop_before: str | None = None) -> None:
     """Apply pending migrations (those before `stop_before`, if named) to either backend."""
     if db.dialect == "sqlite":

@@ -40,7 +40,8 @@ class StaleRun(StoreError):
 
 
 class SubagentConflict(StoreError):
-    """A subagent conversation was bound to a different parent Task call before."""
+    """A subagent conversation bound to a second Task call that does not resume it, or a Task call
+    whose child is another conversation."""
 
 
 class RunExists(StoreError):
@@ -92,6 +93,28 @@ class BlobRef:
     field: str
     ordinal: int
     child: bytes
+
+
+@dataclass(frozen=True)
+class SubagentLaunch:
+    """What a parent's Task call asked for (subagent_launches): read by its child when it binds."""
+
+    parent_conversation_id: str
+    parent_tool_call_id: str
+    root_conversation_id: str
+    subagent_type: str
+    readonly: bool
+    depth: int
+    """1 for a subagent of a top-level conversation, 2 for a subagent's subagent."""
+    resume_agent_id: str | None = None
+
+
+@dataclass(frozen=True)
+class SubagentBinding:
+    """A child conversation bound to a Task call, and its head when it bound (None: it was new)."""
+
+    child_conversation_id: str
+    base_revision_id: int | None
 
 
 @dataclass
@@ -562,30 +585,77 @@ class Store:
 
     # ---- subagents ------------------------------------------------------------------------------
 
-    def bind_subagent(self, child_conversation_id: str, parent_tool_call_id: str,
-                      parent_conversation_id: str | None, subagent_type: str | None) -> None:
-        """Record the parent Task call of a subagent conversation, once. The same child bound to
-        another call is a SubagentConflict (a parent conversation learned later is filled in)."""
+    def record_subagent_launch(self, launch: "SubagentLaunch") -> None:
+        """What a parent's Task call asked for, stored before its exec goes out (a re-run of the
+        same call after a crash replaces it)."""
+        self.db.execute(
+            "INSERT INTO subagent_launches(parent_conversation_id, parent_tool_call_id, root_conversation_id,"
+            " subagent_type, readonly, depth, resume_agent_id, created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (parent_conversation_id, parent_tool_call_id) DO UPDATE SET"
+            " root_conversation_id = excluded.root_conversation_id, subagent_type = excluded.subagent_type,"
+            " readonly = excluded.readonly, depth = excluded.depth, resume_agent_id = excluded.resume_agent_id,"
+            " created_at_ms = excluded.created_at_ms",
+            [launch.parent_conversation_id, launch.parent_tool_call_id, launch.root_conversation_id,
+             launch.subagent_type, int(launch.readonly), launch.depth, launch.resume_agent_id, self._now()])
+
+    def bind_subagent(self, child_conversation_id: str, parent_tool_call_id: str, group_id: str | None,
+                      subagent_type: str | None) -> "SubagentLaunch | None":
+        """Bind a subagent conversation to the Task call that launched it (its X-Parent-Agent-Tool-Call-Id)
+        and return that call's launch, or None when no parent here launched it. Among launches with
+        that call id, the one of the child's conversation group (`group_id`, the root conversation)
+        that names this child for resume, else the one bound to it already, else an unbound one.
+        A child is bound to one call, except when a later call resumes it; a call launches one child.
+        Both are a SubagentConflict otherwise."""
         with self.db.atomic():
+            rows = self.db.execute(
+                "SELECT parent_conversation_id, parent_tool_call_id, root_conversation_id, subagent_type, readonly,"
+                " depth, resume_agent_id FROM subagent_launches WHERE parent_tool_call_id = ? ORDER BY created_at_ms DESC",
+                [parent_tool_call_id]).fetchall()
+            launches = [SubagentLaunch(r[0], r[1], r[2], r[3], bool(r[4]), int(r[5]), r[6]) for r in rows]
+            if group_id:
+                launches = [x for x in launches if group_id in (x.root_conversation_id, x.parent_conversation_id)]
+            children = dict(self.db.execute(
+                "SELECT parent_conversation_id, child_conversation_id FROM subagents WHERE parent_tool_call_id = ?"
+                " AND parent_conversation_id IS NOT NULL", [parent_tool_call_id]).fetchall())
+            launch = next((x for x in launches if x.resume_agent_id == child_conversation_id), None) or next(
+                (x for x in launches if children.get(x.parent_conversation_id) == child_conversation_id), None) or next(
+                (x for x in launches if x.parent_conversation_id not in children), None)
+            if launch is None and launches:
+                x = launches[0]
+                raise SubagentConflict(f"Task call {parent_tool_call_id!r} of conversation {x.parent_conversation_id} "
+                                       f"launched conversation {children[x.parent_conversation_id]}, not "
+                                       f"{child_conversation_id}")
+            resumed = launch is not None and launch.resume_agent_id == child_conversation_id
+            other = self.db.execute(
+                "SELECT parent_tool_call_id FROM subagents WHERE child_conversation_id = ? AND parent_tool_call_id <> ?"
+                " ORDER BY created_at_ms LIMIT 1", [child_conversation_id, parent_tool_call_id]).fetchone()
+            if other is not None and not resumed:
+                raise SubagentConflict(f"conversation {child_conversation_id} is the subagent of Task call "
+                                       f"{other[0]!r}, and Task call {parent_tool_call_id!r} does not resume it")
+            parent = launch.parent_conversation_id if launch is not None else None
+            head = self.db.execute("SELECT head_revision_id FROM conversations WHERE id = ?",
+                                   [child_conversation_id]).fetchone()
             self.db.execute(
                 "INSERT INTO subagents(child_conversation_id, parent_tool_call_id, parent_conversation_id,"
-                " subagent_type, created_at_ms) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                [child_conversation_id, parent_tool_call_id, parent_conversation_id, subagent_type, self._now()])
-            row = self.db.execute(
-                "SELECT parent_tool_call_id, parent_conversation_id FROM subagents WHERE child_conversation_id = ?",
-                [child_conversation_id]).fetchone()
-            if row[0] != parent_tool_call_id:
-                raise SubagentConflict(f"conversation {child_conversation_id} is the subagent of Task call "
-                                       f"{row[0]!r}, not {parent_tool_call_id!r}")
-            if row[1] is None and parent_conversation_id is not None:
-                self.db.execute("UPDATE subagents SET parent_conversation_id = ? WHERE child_conversation_id = ?",
-                                [parent_conversation_id, child_conversation_id])
+                " subagent_type, base_revision_id, created_at_ms) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                [child_conversation_id, parent_tool_call_id, parent, subagent_type,
+                 head[0] if head is not None else None, self._now()])
+            if parent is not None:
+                self.db.execute("UPDATE subagents SET parent_conversation_id = ? WHERE child_conversation_id = ?"
+                                " AND parent_tool_call_id = ? AND parent_conversation_id IS NULL",
+                                [parent, child_conversation_id, parent_tool_call_id])
+            return launch
 
-    def subagent_of_call(self, parent_conversation_id: str, parent_tool_call_id: str) -> str | None:
-        """The child conversation a parent's Task call launched, or None."""
+    def subagent_of_call(self, parent_conversation_id: str, parent_tool_call_id: str) -> "SubagentBinding | None":
+        """The child conversation a parent's Task call launched (or resumed), or None."""
         row = self.db.execute(
-            "SELECT child_conversation_id FROM subagents WHERE parent_conversation_id = ? AND parent_tool_call_id = ?"
-            " ORDER BY created_at_ms DESC LIMIT 1", [parent_conversation_id, parent_tool_call_id]).fetchone()
+            "SELECT child_conversation_id, base_revision_id FROM subagents WHERE parent_conversation_id = ?"
+            " AND parent_tool_call_id = ? ORDER BY created_at_ms DESC LIMIT 1",
+            [parent_conversation_id, parent_tool_call_id]).fetchone()
+        return None if row is None else SubagentBinding(row[0], row[1])
+
+    def head_revision(self, conversation_id: str) -> int | None:
+        row = self.db.execute("SELECT head_revision_id FROM conversations WHERE id = ?", [conversation_id]).fetchone()
         return None if row is None else row[0]
 
     def head_messages(self, conversation_id: str) -> list[StoredMessage]:

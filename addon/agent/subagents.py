@@ -47,7 +47,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from byok.proto import agent_pb2 as apb
-from byok.store import SubagentConflict
+from byok.store import SubagentConflict, SubagentLaunch
 
 from . import actions, capabilities
 from .cursor import request_parts, subagent_state
@@ -69,6 +69,8 @@ READ_ONLY_TOOLS = frozenset({
 """What a read-only subagent keeps: reading, searching, the web, MCP discovery and resources, its own
 todo list and progress line. No shell, no edits, no MCP calls (their effects are unknown), no Task."""
 READ_ONLY_MODES = frozenset({"ask", "plan"})
+MAX_DEPTH = 2
+"""A subagent's subagent (depth 2) gets no Task."""
 
 FOLLOW_UP = (
     "Perform any necessary follow-up actions in response to the subagent completion above. If no follow-up "
@@ -121,30 +123,38 @@ def custom_kinds(custom: Sequence[apb.CustomSubagent]) -> dict[str, Kind]:
 
 
 @dataclass
-class Issued:
-    """A Task call a live parent sent (what its child run needs to know about it)."""
-
-    parent_conversation_id: str
-    args: apb.SubagentArgs
-    parent_is_subagent: bool
-
-
-@dataclass
 class Registry:
-    issued: dict[str, Issued] = field(default_factory=dict)
-    """Parent Task call id -> its SubagentArgs, while the parent waits (or until its child binds)."""
-    children: dict[str, tuple[Run, str]] = field(default_factory=dict)
-    """Parent Task call id -> (the child's live run, the child conversation)."""
+    """The child runs live in this process, by the Task call that launched them. Call ids are the
+    provider's: two conversations may use the same one, so every key names the parent conversation."""
 
-    def child(self, call_id: str) -> tuple[Run, str] | None:
-        found = self.children.get(call_id)
+    children: dict[tuple[str, str], tuple[Run, str]] = field(default_factory=dict)
+    """(parent conversation, parent Task call id) -> (the child's live run, the child conversation),
+    from its binding until its run ends."""
+    _watchers: set[asyncio.Task] = field(default_factory=set)
+
+    def add(self, parent_conversation_id: str, call_id: str, run: Run, conversation_id: str) -> None:
+        key = (parent_conversation_id, call_id)
+        self.children[key] = (run, conversation_id)
+        watcher = asyncio.get_running_loop().create_task(self._forget_when_done(key, run))
+        self._watchers.add(watcher)
+        watcher.add_done_callback(self._watchers.discard)
+
+    async def _forget_when_done(self, key: tuple[str, str], run: Run) -> None:
+        try:
+            await run.wait()
+        finally:
+            if self.children.get(key, (None,))[0] is run:
+                del self.children[key]
+
+    def child(self, parent_conversation_id: str, call_id: str) -> tuple[Run, str] | None:
+        found = self.children.get((parent_conversation_id, call_id))
         if found is not None and found[0].terminal:
             return None
         return found
 
-    def by_agent(self, agent_id: str) -> tuple[str, Run] | None:
-        for call_id, (run, conversation) in self.children.items():
-            if conversation == agent_id and not run.terminal:
+    def by_agent(self, parent_conversation_id: str, agent_id: str) -> tuple[str, Run] | None:
+        for (parent, call_id), (run, conversation) in self.children.items():
+            if parent == parent_conversation_id and conversation == agent_id and not run.terminal:
                 return call_id, run
         return None
 
@@ -169,6 +179,8 @@ class Subagents(TurnHooks):
         self.turn = turn
         self.registry = registry(turn)
         self.kinds: dict[str, Kind] = dict(BUILTIN)
+        self.depth = 0
+        """How deep this run is: 0 for a conversation of the user's, 1 for its subagent, 2 for theirs."""
         context = turn.tool_context
         turn.tool_context = dataclasses.replace(context, extra={**context.extra, task_codec.EXTRA_KEY: self})
 
@@ -183,11 +195,22 @@ class Subagents(TurnHooks):
     async def _as_child(self, turn: TurnState) -> None:
         request, run = turn.request, turn.run
         call_id = run.parent_tool_call_id
-        issued = self.registry.issued.get(call_id) if call_id else None
         kind = self.kinds.get(request.subagent_type_name) or Kind(request.subagent_type_name)
-        readonly = issued.args.readonly if issued is not None else kind.readonly
+        launch = None
+        if call_id:  # else launched without a parent we can name (e.g. by another tool): runs as a root
+            try:
+                launch = await turn.svc.store.bind_subagent(turn.conversation_id, call_id,
+                                                            request.conversation_group_id or None,
+                                                            request.subagent_type_name)
+            except SubagentConflict as e:
+                raise ProtocolError(str(e)) from None
+            if launch is None:
+                log.info("[%s] subagent %s: no Task call %r was launched here; the type %s decides its tools",
+                         run.request_id, turn.conversation_id, call_id, kind.name)
+        readonly = launch.readonly if launch is not None else kind.readonly
+        self.depth = launch.depth if launch is not None else 1
         drop = set()  # (UpdateCurrentStep under suppress_subagent_progress_update_tool: loop._left_out)
-        if issued is not None and issued.parent_is_subagent:
+        if self.depth >= MAX_DEPTH:
             drop.add("Task")  # two levels at most: a subagent's subagent launches no more
         names = [t.name for t in turn.tools if t.name not in drop
                  and (not readonly or t.name in READ_ONLY_TOOLS)
@@ -200,14 +223,9 @@ class Subagents(TurnHooks):
         if instructions.strip():
             turn.extra_action_context.append(render_block("subagent_instructions", instructions, name=kind.name))
         if not call_id:
-            return  # launched without a parent we can name (e.g. by another tool): runs as a root
-        try:
-            await turn.svc.store.bind_subagent(turn.conversation_id, call_id,
-                                               issued.parent_conversation_id if issued else None,
-                                               request.subagent_type_name)
-        except SubagentConflict as e:
-            raise ProtocolError(str(e)) from None
-        self.registry.children[call_id] = (run, turn.conversation_id)
+            return
+        self.registry.add(launch.parent_conversation_id if launch is not None else "", call_id, run,
+                          turn.conversation_id)
         turn.ctx = dataclasses.replace(turn.ctx, parent_tool_call_id=call_id)
         log.info("[%s] subagent %s (%s) of Task call %r%s", run.request_id, turn.conversation_id,
                  request.subagent_type_name, call_id, " read-only" if readonly else "")
@@ -235,30 +253,31 @@ class Subagents(TurnHooks):
         readonly = bool(a.boolean("readonly")) or kind.readonly or self.parent_readonly()
         background = bool(a.boolean("run_in_background"))
         call_id = io.call_id
-        child = await turn.svc.store.subagent_of_call(turn.conversation_id, call_id)
-        if child is not None and not (card.HasField("resume") and card.resume == child):
-            return await self._recover(card, call_id, child)
+        bound = await turn.svc.store.subagent_of_call(turn.conversation_id, call_id)
+        if bound is not None:
+            return await self._recover(card, call_id, bound.child_conversation_id, bound.base_revision_id)
+        root = turn.request.conversation_group_id or turn.conversation_id
         args = apb.SubagentArgs(
             tool_call_id=call_id, subagent_type=name, model_id=model_id, prompt=_prompt(card), readonly=readonly,
             run_in_background=background, parent_conversation_id=turn.conversation_id,
-            root_parent_conversation_id=turn.request.conversation_group_id or turn.conversation_id)
+            root_parent_conversation_id=root)
         if card.HasField("resume"):
             args.resume_agent_id = card.resume
-        self.registry.issued[call_id] = Issued(turn.conversation_id, args, turn.mode.name == "subagent")
+        # stored before the exec goes out: the child reads it when it binds, however late that is
+        await turn.svc.store.record_subagent_launch(SubagentLaunch(
+            turn.conversation_id, call_id, root, name, readonly, self.depth + 1, card.resume or None))
         started = turn.svc.clock.wall_ms()
         try:
             _, result = await io.exec("subagent_args", args, results=frozenset({"subagent_result"}),
                                       envelope={"accept_hook_additional_contexts": False})
         except Stopped as stop:
-            bound = self.registry.child(call_id)
-            agent_id = bound[1] if bound else ""
+            live = self.registry.child(turn.conversation_id, call_id)
+            agent_id = live[1] if live else ""
             if stop.how == "background":
                 return task_codec.success_outcome(card, agent_id=agent_id, final_message="", background=True,
                                                   background_reason=apb.SUBAGENT_BACKGROUND_REASON_USER_REQUEST)
             return task_codec.error_outcome(card, "The user stopped this subagent before it finished.",
                                             agent_id=agent_id)
-        finally:
-            self.registry.issued.pop(call_id, None)
         return task_codec.result_outcome(result, card, background=background,
                                          duration_ms=max(0, turn.svc.clock.wall_ms() - started))
 
@@ -295,15 +314,17 @@ class Subagents(TurnHooks):
                 return route.public_id
         return None
 
-    async def _recover(self, card: apb.TaskArgs, call_id: str, child: str) -> ToolOutcome:
-        """This call launched `child` before (the round is re-running after a crash or a retry)."""
+    async def _recover(self, card: apb.TaskArgs, call_id: str, child: str, base_revision: int | None) -> ToolOutcome:
+        """This call launched (or resumed) `child` before, from `base_revision` (the round is re-running
+        after a crash or a retry): never launched twice."""
         turn = self.turn
-        live = self.registry.child(call_id)
+        live = self.registry.child(turn.conversation_id, call_id)
         if live is not None:
             log.info("[%s] Task call %r: waiting for its running subagent %s", turn.run.request_id, call_id, child)
             await live[0].wait()
-        messages = await turn.svc.store.head_messages(child)
-        final = _final_answer(messages)
+        final = None
+        if await turn.svc.store.head_revision(child) != base_revision:  # it answered this call, not only before
+            final = _final_answer(await turn.svc.store.head_messages(child))
         if final is not None:
             log.info("[%s] Task call %r: subagent %s had finished; its result is reused", turn.run.request_id,
                      call_id, child)
@@ -318,13 +339,15 @@ class Subagents(TurnHooks):
     # ---- actions about subagents -----------------------------------------------------------------------
 
     def cancel(self, subagent_id: str) -> bool:
-        """Stop one subagent, named by the parent's Task call id or by its agent id; nothing else."""
+        """Stop one subagent of this conversation, named by its Task call id or by its agent id;
+        nothing else (another conversation's child under the same call id goes on)."""
+        conversation = self.turn.conversation_id
         call_id = self._pending_call(subagent_id)
         stopped = False
         if call_id is not None:
             stopped = self.turn.execs.stop(call_id, "subagent_args", Stopped("canceled"), abort=True) is not None
-        found = self.registry.child(call_id or subagent_id) or (
-            (self.registry.by_agent(subagent_id) or (None, None))[1], subagent_id)
+        found = self.registry.child(conversation, call_id or subagent_id) or (
+            (self.registry.by_agent(conversation, subagent_id) or (None, None))[1], subagent_id)
         if found and found[0] is not None:
             found[0].cancel(RunCanceled("the user stopped this subagent"))
             stopped = True
@@ -337,7 +360,7 @@ class Subagents(TurnHooks):
         pending = {p.call_id for p in self.turn.execs.pending.values() if p.field == "subagent_args"}
         if subagent_id in pending:
             return subagent_id
-        by_agent = self.registry.by_agent(subagent_id)
+        by_agent = self.registry.by_agent(self.turn.conversation_id, subagent_id)
         if by_agent is not None and by_agent[0] in pending:
             return by_agent[0]
         return None

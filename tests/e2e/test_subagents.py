@@ -449,3 +449,45 @@ def test_kill9_during_a_child_run_neither_reruns_nor_duplicates(tmp_path, kind):
             assert sorted(results) == ["call_done", "call_hang"]  # the history holds each Task result once
         finally:
             proxy.stop()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_second_task_resumes_the_same_subagent(env, tmp_path, kind):
+    """Task, then (next turn) Task with resume=<agent id>: Cursor continues that child conversation
+    under the new Task call; the child keeps its history and the parent gets its new answer."""
+    s = SCRIPTS[kind]
+    first_marker, second_marker = f"RES-1-{kind}", f"RES-2-{kind}"
+    first_task = ("call_res_1", "Task", json.dumps({"description": "Look", "prompt": f"{first_marker}: find the bug"}))
+    enqueue(env, kind, [s.tool_calls([first_task]), s.text_reply("Found it.")],
+            {first_marker: [s.text_reply("the bug is in b.py")]})
+    first = parent_turn(env, tmp_path, kind)
+    assert first.result.end_error is None, first.result.end_error
+    agent_id = first.child(first_marker).agent_id
+
+    second_task = ("call_res_2", "Task", json.dumps({"description": "Fix", "resume": agent_id,
+                                                     "prompt": f"{second_marker}: now say how to fix it"}))
+    enqueue(env, kind, [s.tool_calls([second_task]), s.text_reply("Fixed.")],
+            {second_marker: [s.text_reply("change line 3 of b.py")]})
+    before = len(env.provider.requests)
+    request = user_turn_request("continue with that subagent", model_id=env.models[kind],
+                                conversation_id=first.request.conversation_id, state=first.result.checkpoints()[-1],
+                                workspace=str(tmp_path / "ws"))
+    second = parent_turn(env, tmp_path, kind, request=request, blobs=first.blobs,
+                         runner_hook=lambda runner: runner.states.update(first.runner.states))
+    assert second.result.end_error is None, second.result.end_error
+    assert env.provider.pending(kind) == 0
+    resumed = second.child(second_marker)
+    assert resumed.args.resume_agent_id == agent_id and resumed.agent_id == agent_id and resumed.ok
+    # the child continued its own conversation: its first task and answer are in its history
+    [child_request] = [r for r in env.provider.requests[before:] if r.json and is_child(second_marker)(r.json)]
+    child_text = turns.body_text(child_request.json)
+    assert first_marker in child_text and "the bug is in b.py" in child_text
+    body = [r for r in env.provider.requests if r.json and is_parent(r.json)][-1].json
+    assert turns.result_of(kind, body, "call_res_2").content == "change line 3 of b.py"
+    final = second.result.checkpoints()[-1]
+    run_state = final.subagent_runs_by_parent_tool_call_id["call_res_2"]
+    assert (run_state.status, run_state.subagent_id) == (apb.SUBAGENT_RUN_STATUS_SUCCESS, agent_id)
+    db = sqlite3.connect(env.proxy.db)
+    bound = sorted(r for r in db.execute(
+        "SELECT parent_tool_call_id, parent_conversation_id FROM subagents WHERE child_conversation_id = ?", [agent_id]))
+    assert bound == [("call_res_1", first.request.conversation_id), ("call_res_2", first.request.conversation_id)]

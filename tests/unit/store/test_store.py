@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 from sqlite_utils import Database
 
 from byok.store import (
-    BlobHashMismatch, BlobRef, NewMessage, RunExists, RuntimeEventConflict, StaleRun, Store, blob_id,
+    BlobHashMismatch, BlobRef, NewMessage, RunExists, RuntimeEventConflict, StaleRun, Store, SubagentBinding, blob_id,
 )
 from byok.store import db as dbmod
 from byok.store import migrations
@@ -411,15 +411,47 @@ def test_a_displacing_claim_notifies_the_fence_channel_when_it_commits(pg_url):
     assert asyncio.run(scenario()) == [("old", "new")]
 
 
-def test_a_subagent_is_bound_to_one_parent_call(store):
-    from byok.store import SubagentConflict
+def test_a_subagent_is_bound_to_the_call_that_launched_it(store):
+    from byok.store import SubagentConflict, SubagentLaunch
 
-    store.bind_subagent("child-1", "call_a", None, "explore")
-    store.bind_subagent("child-1", "call_a", "parent", "explore")  # again: the parent is filled in
-    assert store.subagent_of_call("parent", "call_a") == "child-1"
+    launch = SubagentLaunch("parent", "call_a", "parent", "explore", readonly=True, depth=1)
+    store.record_subagent_launch(launch)
+    assert store.bind_subagent("child-1", "call_a", "parent", "explore") == launch
+    assert store.bind_subagent("child-1", "call_a", None, "explore") == launch  # again: the same binding
+    assert store.subagent_of_call("parent", "call_a").child_conversation_id == "child-1"
     assert store.subagent_of_call("parent", "call_b") is None and store.subagent_of_call("other", "call_a") is None
-    with pytest.raises(SubagentConflict):
+    with pytest.raises(SubagentConflict):  # a second child for one call
+        store.bind_subagent("child-2", "call_a", "parent", "explore")
+    with pytest.raises(SubagentConflict):  # a call that does not resume it
+        store.record_subagent_launch(SubagentLaunch("parent", "call_b", "parent", "explore", False, 1))
         store.bind_subagent("child-1", "call_b", "parent", "explore")
+    assert store.bind_subagent("child-9", "call_z", None, "explore") is None  # no parent here launched it
     assert store.head_messages("child-1") == []
     store.append("child-1", None, [msg("task")])
     assert [m.payload["text"] for m in store.head_messages("child-1")] == ["task"]
+
+
+def test_a_resumed_subagent_is_bound_again_under_the_new_call(store):
+    from byok.store import SubagentLaunch
+
+    store.record_subagent_launch(SubagentLaunch("parent", "call_a", "parent", "generalPurpose", False, 1))
+    store.bind_subagent("child-1", "call_a", "parent", "generalPurpose")
+    assert store.subagent_of_call("parent", "call_a").base_revision_id is None  # a new conversation
+    head = store.append("child-1", None, [msg("task")])
+    resume = SubagentLaunch("parent", "call_b", "parent", "generalPurpose", True, 1, resume_agent_id="child-1")
+    store.record_subagent_launch(resume)
+    assert store.bind_subagent("child-1", "call_b", "parent", "generalPurpose") == resume
+    assert store.subagent_of_call("parent", "call_b") == SubagentBinding("child-1", head)
+    assert store.subagent_of_call("parent", "call_a").child_conversation_id == "child-1"
+
+
+def test_a_subagent_of_a_call_id_two_conversations_share_binds_by_its_group(store):
+    from byok.store import SubagentLaunch
+
+    one = SubagentLaunch("conv-1", "call_x", "conv-1", "explore", True, 1)
+    two = SubagentLaunch("conv-2", "call_x", "conv-2", "explore", False, 1)
+    store.record_subagent_launch(one)
+    store.record_subagent_launch(two)
+    assert store.bind_subagent("child-1", "call_x", "conv-1", "explore") == one
+    assert store.bind_subagent("child-2", "call_x", "conv-2", "explore") == two
+    assert store.subagent_of_call("conv-2", "call_x").child_conversation_id == "child-2"
