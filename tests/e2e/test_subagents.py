@@ -17,6 +17,7 @@ import pytest
 from byok.cli.client import RunResult, user_turn_request
 from byok.cli.executor import LocalExecutor
 from byok.cli.subagents import SubagentRunner
+from byok.agent.subagents import READ_ONLY_TOOLS
 from byok.proto import agent_pb2 as apb
 from tests.e2e.conftest import run, start_proxy
 from tests.e2e.harness import Proxy
@@ -491,3 +492,70 @@ def test_a_second_task_resumes_the_same_subagent(env, tmp_path, kind):
     bound = sorted(r for r in db.execute(
         "SELECT parent_tool_call_id, parent_conversation_id FROM subagents WHERE child_conversation_id = ?", [agent_id]))
     assert bound == [("call_res_1", first.request.conversation_id), ("call_res_2", first.request.conversation_id)]
+
+
+def bind_late(runner: SubagentRunner, ended: dict[str, asyncio.Event]) -> None:
+    """Make every background child start only after the run that launched it has ended: its binding
+    then comes after the Task exec returned (as it may with Cursor). `ended`: the gates by request
+    id; set the top parent's when its run is over."""
+    original = runner._run_child
+
+    async def late(client, child):
+        if child.args.run_in_background:
+            await ended.setdefault(child.parent_request_id, asyncio.Event()).wait()
+        try:
+            await original(client, child)
+        finally:
+            ended.setdefault(child.request_id, asyncio.Event()).set()
+
+    runner._run_child = late
+
+
+def test_a_background_child_binding_after_its_exec_returned_keeps_what_the_task_asked(env, tmp_path):
+    """readonly=true of a background Task reaches a child that binds after the parent's turn ended;
+    so do its depth (its own background subagent gets no Task) and its parent conversation."""
+    kind = "openai_chat"
+    s = SCRIPTS[kind]
+    ro, nest, grand = "LATE-RO", "LATE-NEST", "LATE-GRAND"
+    tasks = [("call_late_ro", "Task", json.dumps({"description": "Look", "readonly": True, "run_in_background": True,
+                                                  "prompt": f"{ro}: look around"})),
+             ("call_late_nest", "Task", json.dumps({"description": "Nest", "run_in_background": True,
+                                                    "prompt": f"{nest}: delegate further"}))]
+    grand_task = ("call_late_grand", "Task", json.dumps({"description": "Grand", "run_in_background": True,
+                                                         "prompt": f"{grand}: the deepest part"}))
+    env.provider.enqueue(kind, s.tool_calls(tasks), s.text_reply("Both run in the background."), match=is_parent)
+    env.provider.enqueue(kind, s.text_reply("looked"), match=is_child(ro))
+    env.provider.enqueue(kind, s.tool_calls([grand_task]), s.text_reply("delegated"), match=is_child(nest))
+    env.provider.enqueue(kind, s.text_reply("deepest done"),
+                         match=lambda body: is_child(grand)(body) and nest not in turns.body_text(body))
+    gates: dict[str, asyncio.Event] = {}
+
+    async def release(runner, client, result):
+        gates.setdefault(runner.children[0].parent_request_id, asyncio.Event()).set()
+        for _ in range(400):
+            if len(runner.children) == 3 and all(c.result is not None or c.error for c in runner.children):
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError("the subagents never finished")
+
+    before = len(env.provider.requests)
+    out = parent_turn(env, tmp_path, kind, runner_hook=lambda runner: bind_late(runner, gates), after=release)
+    assert out.result.end_error is None, out.result.end_error
+    assert env.provider.pending(kind) == 0
+    late = [r for r in env.provider.requests[before:] if r.json]
+    [ro_request] = [r for r in late if is_child(ro)(r.json)]
+    assert set(turns.tool_names(kind, ro_request.json)) <= READ_ONLY_TOOLS  # no edits, no shell, no Task
+    assert "Read" in turns.tool_names(kind, ro_request.json)
+    nest_request = [r for r in late if is_child(nest)(r.json)][0]
+    assert "Task" in turns.tool_names(kind, nest_request.json) and "Write" in turns.tool_names(kind, nest_request.json)
+    [grand_request] = [r for r in late if is_child(grand)(r.json) and nest not in turns.body_text(r.json)]
+    assert "Task" not in turns.tool_names(kind, grand_request.json)  # a subagent's subagent
+    assert "Write" in turns.tool_names(kind, grand_request.json)
+    nest_child, grand_child = out.child(nest), out.child(grand)
+    assert nest_child.ok and grand_child.ok and out.child(ro).ok
+    db = sqlite3.connect(env.proxy.db)
+    parents = dict(db.execute("SELECT child_conversation_id, parent_conversation_id FROM subagents"
+                              " WHERE child_conversation_id IN (?, ?, ?)",
+                              [out.child(ro).agent_id, nest_child.agent_id, grand_child.agent_id]))
+    assert parents == {out.child(ro).agent_id: out.request.conversation_id,
+                       nest_child.agent_id: out.request.conversation_id, grand_child.agent_id: nest_child.agent_id}
