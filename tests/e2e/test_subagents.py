@@ -559,3 +559,55 @@ def test_a_background_child_binding_after_its_exec_returned_keeps_what_the_task_
                               [out.child(ro).agent_id, nest_child.agent_id, grand_child.agent_id]))
     assert parents == {out.child(ro).agent_id: out.request.conversation_id,
                        nest_child.agent_id: out.request.conversation_id, grand_child.agent_id: nest_child.agent_id}
+
+
+async def until_requested(env: Env, match) -> None:
+    for _ in range(400):
+        if any(r.json and match(r.json) for r in env.provider.requests):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the provider was never asked")
+
+
+def test_cancel_names_a_call_of_its_own_conversation_only(env, tmp_path):
+    """Two conversations whose background subagents run under the same Task call id: cancelling that
+    call in the first stops its child; the second conversation's child goes on and finishes."""
+    kind = "openai_chat"
+    s = SCRIPTS[kind]
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    requests, markers = {}, {}
+    for name in ("A", "B"):
+        markers[name] = f"SAME-CALL-{name}"
+        requests[name] = user_turn_request(f"conversation {name}: start it", model_id=env.models[kind],
+                                           workspace=str(workspace))
+        task = ("call_same", "Task", json.dumps({"description": name, "run_in_background": True,
+                                                 "prompt": f"{markers[name]}: keep working"}))
+        env.provider.enqueue(kind, s.tool_calls([task]), s.text_reply(f"{name} started"),
+                             match=lambda body, name=name: is_parent(body) and f"conversation {name}:" in turns.body_text(body))
+    env.provider.enqueue(kind, Hang(30), match=is_child(markers["A"]))
+    env.provider.enqueue(kind, Hang(4, then=s.text_reply("B finished")), match=is_child(markers["B"]))
+
+    async def scenario():
+        runners = {name: SubagentRunner(LocalExecutor(workspace), requests[name]) for name in requests}
+        async with env.proxy.client(on_exec=runners["A"].on_exec) as a, env.proxy.client(on_exec=runners["B"].on_exec) as b:
+            first = await runners["A"].run(a, requests["A"])
+            await until_requested(env, is_child(markers["A"]))  # A's child binds first, then B's
+            await runners["B"].run(b, requests["B"])
+            await until_requested(env, is_child(markers["B"]))
+            cancel = apb.AgentRunRequest(conversation_id=requests["A"].conversation_id,
+                                         requested_model=requests["A"].requested_model)
+            cancel.conversation_state.CopyFrom(first.checkpoints()[-1])
+            cancel.action.cancel_subagent_action.subagent_id = "call_same"
+            stopped = await a.run(cancel)
+            assert stopped.end_error is None, stopped.end_error
+            child_a, child_b = runners["A"].children[0], runners["B"].children[0]
+            await asyncio.wait_for(asyncio.shield(child_a.task), 15)  # it stops (not B's)
+            await runners["B"].wait_background()
+            for runner in runners.values():
+                await runner.root.aclose()
+            return child_a, child_b
+
+    child_a, child_b = run(scenario())
+    assert child_a.result.end_error.code.value == "canceled"
+    assert child_b.ok and child_b.final_message == "B finished"
