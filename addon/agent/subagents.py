@@ -52,6 +52,7 @@ from byok.store import SubagentConflict, SubagentLaunch
 from . import actions, capabilities
 from .cursor import request_parts, subagent_state
 from .cursor.context import render_block
+from .cursor.tools import registry as tool_registry
 from .cursor.tools import task as task_codec
 from .cursor.tools.base import CallIO, ToolOutcome
 from .cursor.tools.common import Args
@@ -212,9 +213,10 @@ class Subagents(TurnHooks):
         drop = set()  # (UpdateCurrentStep under suppress_subagent_progress_update_tool: loop._left_out)
         if self.depth >= MAX_DEPTH:
             drop.add("Task")  # two levels at most: a subagent's subagent launches no more
+        allowed = self._type_tools(kind, run.request_id)
         names = [t.name for t in turn.tools if t.name not in drop
                  and (not readonly or t.name in READ_ONLY_TOOLS)
-                 and (kind.tools is None or t.name in kind.tools | {"UpdateCurrentStep"})]
+                 and (allowed is None or t.name in allowed | {"UpdateCurrentStep"})]
         if len(names) != len(turn.tools):
             kept = set(names)
             turn.use_tools([t for t in turn.tools if t.name in kept],
@@ -229,6 +231,20 @@ class Subagents(TurnHooks):
         turn.ctx = dataclasses.replace(turn.ctx, parent_tool_call_id=call_id)
         log.info("[%s] subagent %s (%s) of Task call %r%s", run.request_id, turn.conversation_id,
                  request.subagent_type_name, call_id, " read-only" if readonly else "")
+
+    @staticmethod
+    def _type_tools(kind: Kind, request_id: str) -> frozenset[str] | None:
+        """The tools a type names that are tools here (None: the whole set). Names that are not (a
+        custom subagent written for another tool naming) are logged and left out; a list of nothing
+        but such names keeps the default set rather than leaving the subagent with no tools."""
+        if kind.tools is None:
+            return None
+        known = kind.tools & tool_registry.REGISTRY.keys()
+        unknown = sorted(kind.tools - known)
+        if unknown:
+            log.info("[%s] subagent type %s lists tools that are not tool names here: %s%s", request_id, kind.name,
+                     ", ".join(unknown), "" if known else "; it keeps the default tool set")
+        return frozenset(known) or None
 
     # ---- parent side: the Task tool -------------------------------------------------------------------
 

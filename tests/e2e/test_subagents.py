@@ -611,3 +611,39 @@ def test_cancel_names_a_call_of_its_own_conversation_only(env, tmp_path):
     child_a, child_b = run(scenario())
     assert child_a.result.end_error.code.value == "canceled"
     assert child_b.ok and child_b.final_message == "B finished"
+
+
+def test_custom_subagent_types_from_the_request_context(env, tmp_path):
+    """A custom subagent of the request context: its instructions reach the child's runtime message
+    and its tool list narrows the child's tools. A type whose tools are no tool names here keeps the
+    default tool set (and the log says why)."""
+    kind = "openai_chat"
+    s = SCRIPTS[kind]
+    review, odd = "CUSTOM-REVIEW", "CUSTOM-ODD"
+    request = user_turn_request("delegate to my own subagents", model_id=env.models[kind],
+                                workspace=str(tmp_path / "ws"))
+    context = request.action.user_message_action.request_context
+    context.custom_subagents.extend([
+        apb.CustomSubagent(name="bug-reviewer", description="Finds bugs", tools=["Read", "Grep"],
+                           prompt="REVIEWER-RULES: report only real bugs, with file and line."),
+        apb.CustomSubagent(name="oddball", description="Uses other tool names", tools=["read_file", "run_terminal_cmd"]),
+    ])
+    tasks = [("call_review", "Task", json.dumps({"description": "Review", "subagent_type": "bug-reviewer",
+                                                 "prompt": f"{review}: review a.txt"})),
+             ("call_odd", "Task", json.dumps({"description": "Odd", "subagent_type": "oddball",
+                                              "prompt": f"{odd}: do it"}))]
+    enqueue(env, kind, [s.tool_calls(tasks), s.text_reply("Both reported.")],
+            {review: [s.text_reply("no bugs")], odd: [s.text_reply("done")]})
+    before = len(env.provider.requests)
+    out = parent_turn(env, tmp_path, kind, request=request, files={"a.txt": "a\n"})
+    assert out.result.end_error is None, out.result.end_error
+    assert out.child(review).request.subagent_type_name == "bug-reviewer"
+    assert out.child(review).ok and out.child(odd).ok
+    [review_request] = [r for r in env.provider.requests[before:] if r.json and is_child(review)(r.json)]
+    assert sorted(turns.tool_names(kind, review_request.json)) == ["Grep", "Read", "UpdateCurrentStep"]
+    runtime = turns.user_texts(kind, review_request.json)[-1]
+    assert "REVIEWER-RULES: report only real bugs, with file and line." in runtime and review in runtime
+    [odd_request] = [r for r in env.provider.requests[before:] if r.json and is_child(odd)(r.json)]
+    assert {"Read", "Write", "Shell", "Task", "UpdateCurrentStep"} <= set(turns.tool_names(kind, odd_request.json))
+    assert "subagent type oddball lists tools that are not tool names here: read_file, run_terminal_cmd; " \
+           "it keeps the default tool set" in env.proxy.log()
