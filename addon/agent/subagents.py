@@ -264,8 +264,7 @@ class Subagents(TurnHooks):
             model_id = self._model(name, card.model if card.HasField("model") else "", kind)
         except LookupError as e:
             return task_codec.error_outcome(card, str(e))
-        if card.HasField("model") or model_id != turn.route.public_id:
-            card.model = model_id  # the card shows the model the child runs on
+        card.model = model_id  # the card (and the checkpoint's subagent_states) shows the model the child runs on
         readonly = bool(a.boolean("readonly")) or kind.readonly or self.parent_readonly()
         background = bool(a.boolean("run_in_background"))
         call_id = io.call_id
@@ -292,7 +291,7 @@ class Subagents(TurnHooks):
             if stop.how == "background":
                 return task_codec.success_outcome(card, agent_id=agent_id, final_message="", background=True,
                                                   background_reason=apb.SUBAGENT_BACKGROUND_REASON_USER_REQUEST)
-            return task_codec.error_outcome(card, "The user stopped this subagent before it finished.",
+            return task_codec.error_outcome(card, task_codec.USER_STOPPED,
                                             agent_id=agent_id)
         return task_codec.result_outcome(result, card, background=background,
                                          duration_ms=max(0, turn.svc.clock.wall_ms() - started))

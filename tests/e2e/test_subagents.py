@@ -179,6 +179,7 @@ def test_a_foreground_task_runs_its_own_conversation(env, tmp_path, kind):
     state = final.subagent_runs_by_parent_tool_call_id["call_task_fg"]
     assert (state.subagent_id, state.status, state.title) == (child.agent_id, apb.SUBAGENT_RUN_STATUS_SUCCESS, "Read a")
     assert final.subagent_states[child.agent_id].subagent_type.HasField("explore")
+    assert final.subagent_states[child.agent_id].model_id == env.models[kind]  # the parent's model, named
     # the link a resumed parent finds its child by
     db = sqlite3.connect(env.proxy.db)
     row = db.execute("SELECT parent_tool_call_id, parent_conversation_id, subagent_type FROM subagents"
@@ -320,7 +321,7 @@ def test_cancel_stops_one_subagent_and_nothing_else(env, tmp_path, kind):
     assert turns.result_of(kind, body, "call_quick").content.endswith("quick answer")
     assert out.result.text() == "One was stopped."
     final = out.result.checkpoints()[-1]
-    assert final.subagent_runs_by_parent_tool_call_id["call_slow"].status == apb.SUBAGENT_RUN_STATUS_ERROR
+    assert final.subagent_runs_by_parent_tool_call_id["call_slow"].status == apb.SUBAGENT_RUN_STATUS_ABORTED
     assert final.subagent_runs_by_parent_tool_call_id["call_quick"].status == apb.SUBAGENT_RUN_STATUS_SUCCESS
 
 

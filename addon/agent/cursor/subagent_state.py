@@ -2,7 +2,7 @@
 
 In a parent's checkpoint, from its Task results and the background completions it received:
     subagent_runs_by_parent_tool_call_id[Task call id] = SubagentRunState{parent_tool_call_id,
-        subagent_id, status (SUCCESS / BACKGROUNDED / ERROR; a background completion then sets its
+        subagent_id, status (SUCCESS / BACKGROUNDED / ERROR, ABORTED when the user stopped it; a background completion then sets its
         own status, detail, output path, completion time and reason), title = the Task description}
     subagent_states[agent id] = SubagentPersistedState{subagent_type, model_id, created/last used}
 In a subagent's own checkpoint (its run carries the parent's Task call id):
@@ -18,6 +18,8 @@ import base64
 from collections.abc import Sequence
 
 from byok.proto import agent_pb2 as apb
+
+from .tools import task as task_codec
 
 COMPLETION_KEY = "background_completion"
 """The runtime payload key holding a background completion's fields (subagents.py writes it)."""
@@ -68,7 +70,8 @@ def _task(state: apb.ConversationStateStructure, call: apb.ToolCall, call_id: st
             if call.HasField("completed_at_ms"):
                 persisted.last_used_timestamp_ms = call.completed_at_ms
     elif result.HasField("error"):
-        run.status = apb.SUBAGENT_RUN_STATUS_ERROR
+        stopped = result.error.error == task_codec.USER_STOPPED
+        run.status = apb.SUBAGENT_RUN_STATUS_ABORTED if stopped else apb.SUBAGENT_RUN_STATUS_ERROR
         run.detail = result.error.error
         if task.args.HasField("agent_id"):
             run.subagent_id = task.args.agent_id

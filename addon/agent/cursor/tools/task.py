@@ -35,6 +35,8 @@ TYPE_ONEOF = {
 }
 """A type name the model uses -> its `SubagentType` oneof; any other name is `custom` (spelling kept)."""
 BACKGROUND_NOTE = "It works in the background; you will be told when it finishes."
+USER_STOPPED = "The user stopped this subagent before it finished."
+"""The Task error of a subagent the user stopped (cancel_subagent_action): its run state is ABORTED."""
 
 
 def subagent_type(name: str) -> apb.SubagentType:
