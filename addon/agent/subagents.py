@@ -22,13 +22,17 @@ reminder); its history holds the task, never the parent's conversation. This mod
       error listing them), then the type's own model (when it names one of the user's), then the
       parent's model
     - read-only when Task.readonly, the type says so, or the parent itself cannot change files
+    - the launch (read-only, depth, parent conversation) is stored before the exec goes out: the
+      child reads it when it binds, however late (store: subagent_launches)
     - after a crash (the round re-runs on resume): a call whose child finished is completed from the
       store (never run twice); a child that did not finish is reported interrupted, with its id so the
-      model can continue it (`resume`); a child still running here is waited for
+      model can continue it (`resume`: the same child, bound again under the new call); a child still
+      running here is waited for
   child side (`before_action`)
-    - the tool set: the subagent manifest, read-only / type-restricted as the parent asked, without
-      UpdateCurrentStep when the request suppresses it, without Task below a subagent's subagent
-    - the binding: X-Parent-Agent-Tool-Call-Id -> the store's subagents table and the live registry
+    - the binding: X-Parent-Agent-Tool-Call-Id -> the call's stored launch, a row per (child, call)
+      in the store's subagents table, and the live registry (per parent conversation, until it ends)
+    - the tool set: the subagent manifest, read-only / type-restricted as the launch asked, without
+      UpdateCurrentStep when the request suppresses it, without Task for a subagent's subagent
     - a custom subagent's instructions (or the request's custom_system_prompt) in its runtime message
   actions
     - cancel_subagent_action (mid-run: abort that Task's exec and cancel its child, nothing else; at run
