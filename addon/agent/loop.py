@@ -308,15 +308,14 @@ class Turn:
     async def _set_blobs(self, *projections: proj.Projection) -> None:
         """Keep a copy of every new blob (with its reference edges) in the store, SET them on the
         client and wait for every ACK (the barrier before any checkpoint references them)."""
-        blobs: dict[bytes, bytes] = {}
-        refs: dict[bytes, list] = {}
+        held = self.run.held_blobs
+        owner: dict[bytes, proj.Projection] = {}  # the last projection naming each new blob
         for p in projections:
-            blobs.update(p.blobs)
-            refs.update(p.refs)
-        new = {bid: data for bid, data in blobs.items() if bid not in self.run.held_blobs}
+            owner.update((bid, p) for bid in p.blobs if bid not in held)
+        new = {bid: p.blobs[bid] for bid, p in owner.items()}  # only these bytes are decoded
         if new:
             await self.svc.store.put_blobs([
-                (bid, data, [BlobRef(f, i, c) for f, i, c in refs.get(bid, ())]) for bid, data in new.items()
+                (bid, data, [BlobRef(f, i, c) for f, i, c in owner[bid].refs_of(bid)]) for bid, data in new.items()
             ], user_id=self.run.user)
         await self.run.set_blobs(new)
 

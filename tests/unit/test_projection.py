@@ -165,3 +165,40 @@ def test_estimate_tokens_follows_the_per_character_rule(text):
     ascii_chars = sum(1 for ch in text if ord(ch) < 128)
     units = sum(2 if ord(ch) > 0xFFFF else 1 for ch in text)
     assert proj.estimate_tokens(text) == (round(ascii_chars * 0.273 + (units - ascii_chars) * 0.55), units)
+
+
+def turn_with_state(n, state: apb.ConversationStateStructure, *, stored_ids=True):
+    """A runtime turn as turn_payload stores it: the user message points at the state before it."""
+    state_blob = state.SerializeToString(deterministic=True)
+    um = apb.UserMessage(text=f"q{n}", message_id=f"m{n}", conversation_state_blob_id=proj.sha256(state_blob))
+    um_blob = um.SerializeToString(deterministic=True)
+    payload = history.runtime_user_payload(
+        [TextPart(f"q{n}")], wire_id=f"runtime:run-request:r{n}",
+        turn={"request_id": f"r{n}", "user_message_blob": history.b64(um_blob), "state_blob": history.b64(state_blob)},
+        blob_refs=[proj.sha256(um_blob), proj.sha256(state_blob)] if stored_ids else ())
+    return M(payload), state_blob
+
+
+def test_an_earlier_turns_state_snapshot_is_decoded_only_when_read():
+    first = proj.project([runtime(1), assistant("a1")], CTX)
+    msg, state_blob = turn_with_state(2, first.state)
+    p = proj.project([runtime(1), assistant("a1"), msg, assistant("a2")], CTX)
+    state_id = proj.sha256(state_blob)
+    assert state_id in p.blobs
+    assert callable(p.blobs._data[state_id])  # named by its stored id, not decoded
+    assert p.blobs[state_id] == state_blob  # decoded on read, to the bytes the stored id names
+    assert p.refs_of(state_id) == [("root_prompt_messages_json", i, r)
+                                   for i, r in enumerate(first.state.root_prompt_messages_json)] + [
+        ("turns", i, t) for i, t in enumerate(first.state.turns)]
+    um_id = apb.ConversationTurnStructure.FromString(p.blobs[p.state.turns[1]]).agent_conversation_turn.user_message
+    assert p.refs_of(um_id) == [("conversation_state_blob_id", 0, state_id)]
+
+
+def test_a_turn_stored_without_ids_projects_the_same():
+    first = proj.project([runtime(1), assistant("a1")], CTX)
+    with_ids, _ = turn_with_state(2, first.state)
+    without, _ = turn_with_state(2, first.state, stored_ids=False)
+    a = proj.project([runtime(1), assistant("a1"), with_ids], CTX)
+    b = proj.project([runtime(1), assistant("a1"), without], CTX)
+    assert a.state_bytes() == b.state_bytes()
+    assert dict(a.blobs) == dict(b.blobs) and {k: a.refs_of(k) for k in a.refs} == {k: b.refs_of(k) for k in b.refs}

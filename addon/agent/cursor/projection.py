@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from byok.proto import agent_pb2 as apb
@@ -24,6 +24,9 @@ from . import subagent_state
 from ..errors import ProtocolError
 from ..history import FoldedItem, fold, summaries, unb64, view
 from ..transcript import AssistantItem, ImagePart, TextPart, ToolCall, ToolResultItem, ToolSpec, UserItem
+
+Refs = list[tuple[str, int, bytes]] | Callable[[], list[tuple[str, int, bytes]]]
+"""A blob's reference edges, or how to compute them when they are needed."""
 
 SUMMARY_WIRE_PREFIX = "runtime:summary:"
 SECTION_TAGS = {"rules": "rules", "skills": "agent_skills", "subagents": "subagents", "mcp": "mcp_meta_tools"}
@@ -135,10 +138,11 @@ def parse_pending(text: str) -> Pending:
 @dataclass
 class Projection:
     state: apb.ConversationStateStructure
-    blobs: dict[bytes, bytes] = field(default_factory=dict)
-    """Every blob this projection renders, children before parents."""
-    refs: dict[bytes, list[tuple[str, int, bytes]]] = field(default_factory=dict)
-    """blob id -> (referencing field, ordinal, child id) edges, for the store's blob graph."""
+    blobs: Mapping[bytes, bytes] = field(default_factory=dict)
+    """Every blob this projection renders, children before parents (a BlobMap: some decoded on read)."""
+    refs: dict[bytes, Refs] = field(default_factory=dict)
+    """blob id -> (referencing field, ordinal, child id) edges, for the store's blob graph; some
+    computed only when asked for (`refs_of`)."""
     roots_digest: str = ""
     last_turn_steps: int = 0
     """Steps in the current (last) turn: the base of UpdateCurrentStep's message_index."""
@@ -153,6 +157,10 @@ class Projection:
 
     def state_bytes(self) -> bytes:
         return self.state.SerializeToString(deterministic=True)
+
+    def refs_of(self, blob_id: bytes) -> list[tuple[str, int, bytes]]:
+        refs = self.refs.get(blob_id, ())
+        return refs() if callable(refs) else list(refs)
 
 
 # ---- root JSON -----------------------------------------------------------------------------------
@@ -260,17 +268,50 @@ def _text_step(text: str) -> bytes:
     return _step(apb.ConversationStep(assistant_message=apb.AssistantMessage(text=text)))
 
 
+class BlobMap(Mapping):
+    """blob id -> bytes, where some bytes are decoded only when read: a projection names every blob
+    of the conversation, but a run only reads the few the client does not hold yet."""
+
+    def __init__(self) -> None:
+        self._data: dict[bytes, bytes | Callable[[], bytes]] = {}
+
+    def put(self, blob_id: bytes, data: bytes | Callable[[], bytes]) -> None:
+        self._data.setdefault(blob_id, data)
+
+    def __getitem__(self, blob_id: bytes) -> bytes:
+        data = self._data[blob_id]
+        if callable(data):
+            data = self._data[blob_id] = data()
+        return data
+
+    def __contains__(self, blob_id: object) -> bool:
+        return blob_id in self._data
+
+    def __iter__(self):
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
 class _Builder:
     def __init__(self) -> None:
-        self.blobs: dict[bytes, bytes] = {}
-        self.refs: dict[bytes, list[tuple[str, int, bytes]]] = {}
+        self.blobs = BlobMap()
+        self.refs: dict[bytes, Refs] = {}
 
-    def blob(self, data: bytes, refs: list[tuple[str, int, bytes]] | None = None) -> bytes:
+    def blob(self, data: bytes, refs: Refs | None = None) -> bytes:
         bid = sha256(data)
-        self.blobs.setdefault(bid, data)
+        self.blobs.put(bid, data)
         if refs:
             self.refs.setdefault(bid, refs)
         return bid
+
+    def known_blob(self, blob_id: bytes, data: Callable[[], bytes], refs: Refs | None = None) -> bytes:
+        """A blob whose id was computed when it was stored: its bytes are decoded on first read."""
+        self.blobs.put(blob_id, data)
+        if refs:
+            self.refs.setdefault(blob_id, refs)
+        return blob_id
 
 
 def _assistant_steps(b: _Builder, turn: _Turn | None, thinking: str, thinking_ms: int | None, text: str) -> None:
@@ -286,6 +327,25 @@ def _turn_refs(turn: _Turn) -> list[tuple[str, int, bytes]]:
     if turn.shell is not None:
         return [("shell_command", 0, turn.shell[0]), ("shell_output", 0, turn.shell[1])]
     return [("user_message", 0, turn.user_message_id)] + [("steps", i, s) for i, s in enumerate(turn.steps)]
+
+
+def _state_blob(b: _Builder, payload: Mapping) -> bytes:
+    """The state snapshot a stored turn points at. Every turn projects the whole history, and each
+    earlier turn carries a snapshot as long as the history was then: decoding, hashing and walking
+    them all made a turn O(turns²). The id stored with the turn stands in for hashing, and the bytes
+    and edges are decoded only for a blob the client does not hold (see `turn_payload`)."""
+    encoded = payload["turn"]["state_blob"]
+    stored = payload.get("blob_refs") or ()
+
+    def data() -> bytes:
+        return unb64(encoded)
+
+    def refs() -> list[tuple[str, int, bytes]]:
+        return _state_refs(apb.ConversationStateStructure.FromString(data()))
+
+    if len(stored) == 2:  # [user message id, state id], as turn_payload writes them
+        return b.known_blob(bytes.fromhex(stored[1]), data, refs)
+    return b.blob(data(), refs)
 
 
 def _state_refs(state: apb.ConversationStateStructure) -> list[tuple[str, int, bytes]]:
@@ -419,10 +479,8 @@ def project(
                 um = unb64(p["turn"]["user_message_blob"])
                 um_refs = None
                 if p["turn"].get("state_blob"):
-                    state_blob = unb64(p["turn"]["state_blob"])
-                    snapshot = apb.ConversationStateStructure.FromString(state_blob)
-                    b.blob(state_blob, _state_refs(snapshot))
-                    um_refs = [("conversation_state_blob_id", 0, sha256(state_blob))]
+                    state_id = _state_blob(b, p)
+                    um_refs = [("conversation_state_blob_id", 0, state_id)]
                 turns.append(_Turn(um, b.blob(um, um_refs), p["turn"]["request_id"]))
             elif p.get("shell_turn"):
                 shell = (b.blob(unb64(p["shell_turn"]["command"])), b.blob(unb64(p["shell_turn"]["output"])))
