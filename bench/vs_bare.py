@@ -1,7 +1,8 @@
 """cursor-byok against a bare mitmdump, side by side in one run (not a test):
 
     python bench/vs_bare.py                    # every measurement
-    python bench/vs_bare.py --only ttft,pace   # some of them: startup, ttft, pace, burst, memory
+    python bench/vs_bare.py --only ttft,pace   # some of them: startup, ttft, pace, burst, memory,
+                                               # conversation (not in the default set: ~1 min)
     python bench/vs_bare.py --no-h2            # RunSSE only (else RunSSE and HTTP/2 Run, each)
 
 Both proxies relay the same Cursor-like client (new TLS connections for every turn: a new client
@@ -17,6 +18,8 @@ Measured:
 - pace:     per-event latency at 200 events/s (send stamp -> client), p50 / p99
 - burst:    1,000 events as fast as the source can: events/s at the client, p50 latency
 - memory:   RSS after 20 and after 100 turns (addon: one conversation of 100 turns)
+- conversation: one conversation of 300 turns: first text and proxy CPU per turn at turns 10, 100
+            and 300 (the cost of a turn as the history grows)
 """
 
 from __future__ import annotations
@@ -422,19 +425,46 @@ def measure_memory(paths: Paths, turns: int) -> list[str]:
     ]
 
 
+def measure_long_conversation(paths: Paths, turns: int) -> list[str]:
+    """One conversation of `turns` short turns: what a turn costs as the history grows (each turn
+    reads and projects the whole history). No bare counterpart: a bare relay does not keep one."""
+    state = None
+    conversation = str(uuid.uuid4())
+    marks = sorted({10, turns // 3, turns})
+    window: list[tuple[float, float]] = []
+    rows = []
+    pid = paths.addon.process.pid
+    for turn in range(1, turns + 1):
+        request = user_turn_request(f"turn {turn}: say something", model_id=paths.model,
+                                    conversation_id=conversation, state=state)
+        before = cpu_s(pid)
+        ttft, _, result = paths.addon_turn(20, 0, request)
+        window.append((ttft, (cpu_s(pid) - before) * 1000))
+        state = result.checkpoints()[-1]
+        if turn in marks:
+            rows.append(row(
+                f"one conversation, turn {turn}: first text_delta / proxy CPU per turn (p50 of the last "
+                f"{len(window)})", "", f"{statistics.median(t for t, _ in window):.1f} ms / "
+                f"{statistics.median(c for _, c in window):.0f} ms", "", f"RSS {rss_mib(pid):.0f} MiB"))
+            window = []
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--only", default="startup,ttft,pace,burst,memory")
     parser.add_argument("--turns", type=int, default=30, help="turns per TTFT measurement")
     parser.add_argument("--startups", type=int, default=5)
     parser.add_argument("--memory-turns", type=int, default=100)
+    parser.add_argument("--conversation-turns", type=int, default=300,
+                        help="turns of the one long conversation (--only conversation)")
     parser.add_argument("--no-h2", dest="h2", action="store_false", help="RunSSE only")
     args = parser.parse_args()
     only = set(args.only.split(","))
     rows = []
     if "startup" in only:
         rows += measure_startup(args.startups)
-    if only & {"ttft", "pace", "burst", "memory"}:
+    if only & {"ttft", "pace", "burst", "memory", "conversation"}:
         with tempfile.TemporaryDirectory() as d:
             paths = Paths(Path(d))
             try:
@@ -452,6 +482,8 @@ def main() -> None:
                         rows += measure_burst(transport, 1000, 5)
                 if "memory" in only:
                     rows += measure_memory(paths, args.memory_turns)
+                if "conversation" in only:
+                    rows += measure_long_conversation(paths, args.conversation_turns)
             finally:
                 paths.close()
     load = os.getloadavg()[0]
