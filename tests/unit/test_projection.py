@@ -110,6 +110,22 @@ def test_breakdown_shrinks_fixed_categories_when_usage_is_tiny():
     assert all(c.estimated_tokens >= 0 for c in snap.categories)
 
 
+def test_mcp_tools_offered_directly_count_in_the_mcp_category():
+    section = "<mcp_meta_tools>\nserver Docs: search, fetch\n</mcp_meta_tools>"
+    direct = (ToolSpec("mcp_user-docs__search", "Search the docs", {"type": "object", "properties": {"q": {"type": "string"}}}),
+              ToolSpec("mcp_user-docs__fetch", "Fetch a page", {"type": "object"}))
+    without = {c.id: (c.estimated_tokens, c.character_count)
+               for c in proj.breakdown(100_000, 200_000, "sys", (), [section], 10).categories}
+    with_direct = {c.id: (c.estimated_tokens, c.character_count)
+                   for c in proj.breakdown(100_000, 200_000, "sys", (), [section], 10, dynamic_tools=direct).categories}
+    definitions = json.dumps([[t.name, t.description, t.parameters] for t in direct])
+    assert without["mcp"][1] > 0  # the runtime message's MCP section alone
+    assert with_direct["mcp"][1] == without["mcp"][1] + len(definitions)  # plus every definition
+    added = with_direct["mcp"][0] - without["mcp"][0]
+    assert abs(added - proj.estimate_tokens(definitions)[0]) <= 1
+    assert with_direct["tools"] == without["tools"]  # not counted twice
+
+
 def test_round_steps_thinking_text_then_calls_in_index_order():
     msgs = [runtime(1), *round_pairs("R", [(0, "a"), (1, "b")], [1, 0])]
     p = proj.project(msgs, CTX)
