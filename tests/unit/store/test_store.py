@@ -41,6 +41,26 @@ def msg(text, **kw):
     return NewMessage("user", "runtime", {"kind": "runtime", "text": text}, **kw)
 
 
+def all_at_once(work, n: int) -> list[Exception]:
+    """Calls work(0) .. work(n - 1), each in its own thread, released together; returns what they raised."""
+    errors: list[Exception] = []
+    barrier = threading.Barrier(n)
+
+    def one(i: int) -> None:
+        try:
+            barrier.wait()
+            work(i)
+        except Exception as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
 def test_pragmas(tmp_path):
     store = Store.open(tmp_path / "byok.db")
     conn = store.db.conn
@@ -221,22 +241,13 @@ def test_a_claim_through_another_connection_fences_the_older_run_at_its_next_wri
 def test_concurrent_claims_leave_exactly_one_owner(db_target):
     stores = [Store.open(db_target) for _ in range(4)]
     stores[0].claim_run("seed", "c")
-    errors, displaced = [], []
-    barrier = threading.Barrier(len(stores))
+    displaced = []
 
     def claim(i: int) -> None:
-        try:
-            barrier.wait()
-            for k in range(5):
-                displaced.append(stores[i].claim_run(f"r{i}-{k}", "c"))
-        except Exception as e:  # a deadlock or a lost update would land here
-            errors.append(e)
+        for k in range(5):
+            displaced.append(stores[i].claim_run(f"r{i}-{k}", "c"))
 
-    threads = [threading.Thread(target=claim, args=(i,)) for i in range(len(stores))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = all_at_once(claim, len(stores))  # a deadlock or a lost update would land here
     try:
         assert errors == []
         owner = stores[0].conversation("c")["active_request_id"]
@@ -256,21 +267,13 @@ def test_concurrent_completions_of_one_round_get_distinct_sequence_numbers(db_ta
     store.claim_run("r", "c")
     base = store.append("c", None, [msg("q")], fence_request_id="r")
     store.stage_round("round", "c", "r", base, {}, [(i, f"call-{i}", "Read") for i in range(6)])
-    errors = []
 
     def complete(worker: int) -> None:
-        try:
-            for i in range(worker, 6, 3):
-                stores[worker].complete_call("round", i, "c", base, [msg(f"result {i}")],
-                                             fence_request_id="r", is_error=False)
-        except Exception as e:
-            errors.append(e)
+        for i in range(worker, 6, 3):
+            stores[worker].complete_call("round", i, "c", base, [msg(f"result {i}")],
+                                         fence_request_id="r", is_error=False)
 
-    threads = [threading.Thread(target=complete, args=(w,)) for w in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = all_at_once(complete, 3)
     try:
         assert errors == []
         seqs = [r[0] for r in store.db.execute(
@@ -282,19 +285,8 @@ def test_concurrent_completions_of_one_round_get_distinct_sequence_numbers(db_ta
 
 
 def test_stores_opening_together_migrate_once(db_target):
-    opened, errors = [], []
-
-    def open_one() -> None:
-        try:
-            opened.append(Store.open(db_target))
-        except Exception as e:
-            errors.append(e)
-
-    threads = [threading.Thread(target=open_one) for _ in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    opened = []
+    errors = all_at_once(lambda _: opened.append(Store.open(db_target)), 3)
     try:
         assert errors == []
         assert migrations.applied(opened[0].db) == [m.name for m in migrations.migrations._migrations]
