@@ -19,7 +19,6 @@ Reported per dialect:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import statistics
 import sys
@@ -30,24 +29,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from byok.cli.client import user_turn_request  # noqa: E402
-from byok.cli.executor import LocalExecutor  # noqa: E402
-from tests.e2e.harness import Proxy, model_entry, providers_toml, public_id  # noqa: E402
-from tests.support.scripted_provider import SCRIPTS, PromptCacheSim, ScriptedProvider  # noqa: E402
+from tests.e2e.harness import Proxy, model_entry, providers_toml, public_id, run_with_executor  # noqa: E402
+from tests.support.scripted_provider import SCRIPTS, PromptCacheSim, ScriptedProvider, common_prefix  # noqa: E402
 
 KINDS = ("anthropic", "openai_chat", "openai_responses")
 MARKER = b',"cache_control":{"type":"ephemeral"}'
-
-
-def common_prefix(a: bytes, b: bytes) -> int:
-    n = min(len(a), len(b))
-    lo, hi = 0, n
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
 
 
 def conversation(proxy: Proxy, provider: ScriptedProvider, kind: str, model: str, rounds: int,
@@ -73,16 +59,8 @@ def conversation(proxy: Proxy, provider: ScriptedProvider, kind: str, model: str
     first = len(provider.requests)
     provider.enqueue(kind, *(respond(i) for i in range(rounds)))
 
-    async def scenario():
-        executor = LocalExecutor(workspace)
-        async with proxy.client(on_exec=executor.on_exec) as client:
-            request = user_turn_request("Read every module under src/, one by one.", model_id=model,
-                                        workspace=str(workspace))
-            result = await client.run(request, on_frame=executor.on_frame)
-            await executor.aclose()
-            return result
-
-    result = asyncio.run(scenario())
+    request = user_turn_request("Read every module under src/, one by one.", model_id=model, workspace=str(workspace))
+    result, _ = run_with_executor(proxy, request, workspace)
     if result.end_error is not None:
         raise SystemExit(f"{kind}: the run failed: {result.end_error.message}")
     bodies = [r.body for r in provider.requests[first:first + rounds]]

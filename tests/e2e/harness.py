@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from byok.agent.config import public_model_id
-from byok.cli.client import CursorClient, user_turn_request
+from byok.cli.client import CursorClient, RunResult, user_turn_request
+from byok.cli.executor import LocalExecutor
 from byok.cli.h2client import H2CursorClient
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -177,6 +178,51 @@ async def newer_turn_while_streaming(older: CursorClient, newer: CursorClient, m
     second = user_turn_request("second", model_id=model, conversation_id=first.conversation_id)
     result = await newer.run(second)
     return await task, result
+
+
+def run_with_executor(proxy: Proxy, request, workspace: Path, *, h2: bool = False,
+                      **client_kwargs) -> tuple[RunResult, list]:
+    """Run `request` through `proxy` (RunSSE; HTTP/2 Run with `h2`) as the IDE would, a LocalExecutor
+    serving its execs in `workspace`. Returns the result and the exec messages the executor ran."""
+
+    async def scenario():
+        executor = LocalExecutor(workspace)
+        async with (proxy.h2_client if h2 else proxy.client)(on_exec=executor.on_exec, **client_kwargs) as client:
+            try:
+                result = await client.run(request, on_frame=executor.on_frame)
+            finally:
+                await executor.aclose()
+        return result, executor.log
+
+    return asyncio.run(scenario())
+
+
+def stage_then_leave(proxy: Proxy, request, leave, *, h2: bool = False,
+                     request_id: str | None = None) -> tuple[object, dict[bytes, bytes]]:
+    """Run `request` with a client that never runs the tools; at each checkpoint with a staged tool
+    round, `leave(client)` (kill the proxy, reset the stream). Returns the first staged checkpoint and
+    the client's blobs: what an IDE holds to resume the run elsewhere."""
+
+    async def scenario():
+        staged: list = []
+
+        async def never_answer(client, message):
+            return None
+
+        async with (proxy.h2_client if h2 else proxy.client)(on_exec=never_answer) as client:
+            async def on_frame(frame):
+                if frame.kind == "conversation_checkpoint_update" and \
+                        frame.message.conversation_checkpoint_update.pending_tool_calls:
+                    staged.append(frame.message.conversation_checkpoint_update)
+                    leave(client)
+
+            try:
+                await client.run(request, request_id=request_id, on_frame=on_frame)
+            except Exception:
+                pass  # the stream dies as the client leaves
+            return staged[0], dict(client.blobs)
+
+    return asyncio.run(scenario())
 
 
 def without_proxy_env(environ) -> dict[str, str]:

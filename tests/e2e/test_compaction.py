@@ -19,13 +19,11 @@ from byok.agent import connect
 from byok.cli.client import user_turn_request
 from byok.proto import agent_pb2 as apb, aiserver_pb2 as spb
 from tests.e2e.conftest import run
-from tests.e2e.harness import Proxy, model_entry, providers_toml, public_id
-from tests.support.scripted_provider import ANTHROPIC, CHAT, RESPONSES, HttpError, Usage
+from tests.e2e.harness import Proxy, model_entry, providers_toml, public_id, run_with_executor
+from tests.support.scripted_provider import CHAT, KINDS, SCRIPTS, HttpError, Usage
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
-KINDS = ("openai_chat", "openai_responses", "anthropic")
-SCRIPTS = {"openai_chat": CHAT, "openai_responses": RESPONSES, "anthropic": ANTHROPIC}
 WINDOW = 20000  # limit 16000 (anthropic: 20000 - 4096 = 15904)
 OVER = Usage(input_tokens=16500, output_tokens=20)  # a reported prompt past every model's threshold
 SMALL = Usage(input_tokens=3000, output_tokens=10)
@@ -191,8 +189,6 @@ def test_compacts_before_a_call_then_continues_resumes_and_edits(env, provider, 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_compaction_at_a_tool_boundary_keeps_the_current_request(env, provider, tmp_path, kind):
-    from byok.cli.executor import LocalExecutor
-
     proxy, ids = env
     script = SCRIPTS[kind]
     (tmp_path / "big.txt").write_text(FILLER)
@@ -202,15 +198,8 @@ def test_compaction_at_a_tool_boundary_keeps_the_current_request(env, provider, 
                      script.text_reply("big.txt is about a fox.", usage=SMALL))
     n = len(provider.requests)
 
-    async def scenario():
-        executor = LocalExecutor(tmp_path)
-        async with proxy.client(on_exec=executor.on_exec) as client:
-            request = user_turn_request("what is in big.txt?", model_id=ids[kind], workspace=str(tmp_path))
-            result = await client.run(request, on_frame=executor.on_frame)
-            await executor.aclose()
-            return result
-
-    result = run(scenario())
+    request = user_turn_request("what is in big.txt?", model_id=ids[kind], workspace=str(tmp_path))
+    result, _ = run_with_executor(proxy, request, tmp_path)
     assert result.end_error is None, result.end_error
     assert len(provider.requests) == n + 3
     summary_request, call = provider.requests[n + 1], provider.requests[n + 2]

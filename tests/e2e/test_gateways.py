@@ -13,12 +13,9 @@ from byok.cli.client import user_turn_request
 from byok.cli.executor import LocalExecutor
 from tests.e2e.conftest import run, start_proxy
 from tests.support.provider_replay import load
-from tests.support.scripted_provider import ANTHROPIC, CHAT, RESPONSES, Sse, Usage
+from tests.support.scripted_provider import CHAT, KINDS, Sse, Usage
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
-
-KINDS = ("openai_chat", "openai_responses", "anthropic")
-FOLLOW_UP = {"openai_chat": CHAT, "openai_responses": RESPONSES, "anthropic": ANTHROPIC}
 
 
 @pytest.fixture(scope="module")

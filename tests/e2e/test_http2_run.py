@@ -12,9 +12,9 @@ import pytest
 
 from byok.agent import connect
 from byok.cli.client import resume_request, user_turn_request
-from byok.cli.executor import LocalExecutor
 from byok.proto import agent_pb2 as apb, aiserver_pb2 as spb
 from tests.e2e.conftest import run, start_proxy
+from tests.e2e.harness import run_with_executor, stage_then_leave
 from tests.support.scripted_provider import CHAT, Hang, HttpError, Usage
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
@@ -115,15 +115,8 @@ def test_tool_turn_over_http2(env, provider, tmp_path):
     provider.enqueue("openai_chat", CHAT.tool_calls([("call_1", "Read", json.dumps({"path": str(tmp_path / "a.txt")}))]),
                      CHAT.text_reply("a.txt says alpha"))
 
-    async def scenario():
-        executor = LocalExecutor(tmp_path)
-        async with proxy.h2_client(on_exec=executor.on_exec) as client:
-            result = await client.run(user_turn_request("read a.txt", model_id=model, workspace=str(tmp_path)),
-                                      on_frame=executor.on_frame)
-        await executor.aclose()
-        return result, executor.log
-
-    result, execs = run(scenario())
+    request = user_turn_request("read a.txt", model_id=model, workspace=str(tmp_path))
+    result, execs = run_with_executor(proxy, request, tmp_path, h2=True)
     assert result.end_error is None and result.text() == "a.txt says alpha"
     assert [e.WhichOneof("message") for e in execs] == ["read_args"]
     kinds = result.kinds()
@@ -212,38 +205,13 @@ def test_resume_from_a_staged_checkpoint_over_http2(env, provider, tmp_path):
     (tmp_path / "b.txt").write_text("beta\n")
     provider.enqueue("openai_chat", CHAT.tool_calls([("call_b", "Read", json.dumps({"path": str(tmp_path / "b.txt")}))]))
 
-    async def first_attempt():
-        staged: list = []
-
-        async def never_answer(client, message):
-            return None
-
-        async with proxy.h2_client(on_exec=never_answer) as client:
-            async def on_frame(frame):
-                if frame.kind == "conversation_checkpoint_update" and \
-                        frame.message.conversation_checkpoint_update.pending_tool_calls:
-                    staged.append(frame.message.conversation_checkpoint_update)
-                    client.reset("h2-staged")
-
-            req = user_turn_request("read b", model_id=model, workspace=str(tmp_path))
-            try:
-                await client.run(req, request_id="h2-staged", on_frame=on_frame)
-            except Exception:
-                pass
-            return req, staged[0], dict(client.blobs)
-
-    req, staged, blobs = run(first_attempt())
+    req = user_turn_request("read b", model_id=model, workspace=str(tmp_path))
+    staged, blobs = stage_then_leave(proxy, req, lambda client: client.reset("h2-staged"), h2=True,
+                                     request_id="h2-staged")
     calls_before = len(provider.requests)
     provider.enqueue("openai_chat", CHAT.text_reply("b says beta"))
 
-    async def resume():
-        executor = LocalExecutor(tmp_path)
-        async with proxy.h2_client(blobs=blobs, on_exec=executor.on_exec) as client:
-            result = await client.run(resume_request(req, staged), on_frame=executor.on_frame)
-        await executor.aclose()
-        return result, executor.log
-
-    result, execs = run(resume())
+    result, execs = run_with_executor(proxy, resume_request(req, staged), tmp_path, h2=True, blobs=blobs)
     assert result.end_error is None, result.end_error
     assert [e.WhichOneof("message") for e in execs] == ["read_args"]
     assert result.text() == "b says beta" and len(provider.requests) == calls_before + 1

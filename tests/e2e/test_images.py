@@ -11,15 +11,13 @@ import json
 import pytest
 
 from byok.cli.client import user_turn_request
-from byok.proto import agent_pb2 as apb
 from tests.e2e.conftest import run
 from tests.e2e.harness import Proxy, model_entry, providers_toml, public_id
 from tests.support.fake_web import tiny_png
-from tests.support.scripted_provider import SCRIPTS
+from tests.support.scripted_provider import KINDS, SCRIPTS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60), pytest.mark.usefixtures("fresh_provider")]
 
-KINDS = ("openai_chat", "openai_responses", "anthropic")
 PNG = tiny_png(4, 3, (20, 40, 220))
 B64 = base64.b64encode(PNG).decode()
 

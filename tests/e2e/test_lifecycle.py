@@ -16,7 +16,7 @@ from byok.agent import connect
 from byok.cli.client import resume_request, user_turn_request
 from byok.proto import agent_pb2 as apb
 from tests.e2e.conftest import run, start_proxy
-from tests.e2e.harness import newer_turn_while_streaming
+from tests.e2e.harness import newer_turn_while_streaming, run_with_executor, stage_then_leave
 from tests.support.scripted_provider import CHAT, Ev, Hang, Sse
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -233,8 +233,6 @@ def test_kill9_with_a_staged_round_resumes_the_tools_without_a_new_model_call(ho
     """The proxy dies while a tool round is staged (the client holds the staged checkpoint). After a
     restart, resume_action with that checkpoint re-runs the round's tools first; the model is asked
     again only once the round settled, and nothing is duplicated."""
-    from byok.cli.executor import LocalExecutor
-
     proxy, ids = start_proxy(home, provider)
     model = ids["openai_chat"]
     workspace = tmp_path / "ws"
@@ -243,42 +241,14 @@ def test_kill9_with_a_staged_round_resumes_the_tools_without_a_new_model_call(ho
     read_args = json.dumps({"path": str(workspace / "a.txt")})
     provider.enqueue("openai_chat", CHAT.tool_calls([("call_a", "Read", read_args)]))
     try:
-        async def first_attempt():
-            executor = LocalExecutor(workspace)
-            staged: list = []
-
-            async def never_answer(client, message):  # the client never gets to run the tool
-                return None
-
-            async with proxy.client(on_exec=never_answer) as client:
-                async def on_frame(frame):
-                    if frame.kind == "conversation_checkpoint_update" and \
-                            frame.message.conversation_checkpoint_update.pending_tool_calls:
-                        staged.append(frame.message.conversation_checkpoint_update)
-                        proxy.kill9()
-
-                req = user_turn_request("read a", model_id=model, workspace=str(workspace))
-                try:
-                    await client.run(req, on_frame=on_frame)
-                except Exception:
-                    pass  # the stream dies with the proxy
-                await executor.aclose()
-                return req, staged[0], dict(client.blobs)
-
-        req, staged, blobs = run(first_attempt())
+        req = user_turn_request("read a", model_id=model, workspace=str(workspace))
+        staged, blobs = stage_then_leave(proxy, req, lambda _: proxy.kill9())
         assert json.loads(staged.pending_tool_calls[0])["content"][-1]["toolCallId"] == "call_a"
         calls_before = len(provider.requests)
         proxy.start()
         provider.enqueue("openai_chat", CHAT.text_reply("a says: from a"))
 
-        async def resume():
-            executor = LocalExecutor(workspace)
-            async with proxy.client(blobs=blobs, on_exec=executor.on_exec) as client:
-                result = await client.run(resume_request(req, staged), on_frame=executor.on_frame)
-                await executor.aclose()
-                return result, executor.log
-
-        result, execs = run(resume())
+        result, execs = run_with_executor(proxy, resume_request(req, staged), workspace, blobs=blobs)
         assert result.end_error is None, result.end_error
         assert [e.WhichOneof("message") for e in execs] == ["read_args"]
         kinds = result.kinds()

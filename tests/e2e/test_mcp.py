@@ -29,11 +29,10 @@ from tests.e2e.conftest import run
 from tests.e2e.harness import ROOT, Proxy, model_entry, providers_toml, public_id
 from tests.support import turns
 from tests.support.schema_rules import check_tools, portable_problems, strict_problems
-from tests.support.scripted_provider import SCRIPTS, RecordedRequest, ScriptedProvider
+from tests.support.scripted_provider import KINDS, SCRIPTS, RecordedRequest, ScriptedProvider
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
 
-KINDS = ("openai_chat", "openai_responses", "anthropic")
 AGENT_TOOLS = json.loads((ROOT / "prompt" / "modes" / "agent.json").read_text())
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 24
 NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")

@@ -14,8 +14,9 @@ import pytest
 from byok.agent import connect
 from byok.cli.client import user_turn_request
 from tests.e2e.conftest import run, start_proxy
-from tests.e2e.harness import newer_turn_while_streaming
+from tests.e2e.harness import newer_turn_while_streaming, run_with_executor
 from tests.e2e.test_lifecycle import messages_of, turn
+from tests.support.postgres import sql
 from tests.support.scripted_provider import CHAT, Ev, ScriptedProvider, Sse
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -30,13 +31,6 @@ def provider():
 @pytest.fixture
 def db_url(pg_server) -> str:
     return pg_server.create_database()
-
-
-def sql(url: str, query: str, params=()) -> list[tuple]:
-    import psycopg
-
-    with psycopg.connect(url) as conn:
-        return conn.execute(query, params).fetchall()
 
 
 def test_turns_survive_kill9_and_continue_on_postgresql(tmp_path, provider, db_url):
@@ -70,8 +64,6 @@ def test_turns_survive_kill9_and_continue_on_postgresql(tmp_path, provider, db_u
 
 
 def test_a_tool_round_commits_its_pairs_on_postgresql(tmp_path, provider, db_url):
-    from byok.cli.executor import LocalExecutor
-
     proxy, ids = start_proxy(tmp_path / "home", provider, byok_db=db_url)
     workspace = tmp_path / "ws"
     workspace.mkdir()
@@ -82,15 +74,8 @@ def test_a_tool_round_commits_its_pairs_on_postgresql(tmp_path, provider, db_url
         ("call_b", "Read", json.dumps({"path": str(workspace / "b.txt")})),
     ]), CHAT.text_reply("both read"))
     try:
-        async def scenario():
-            executor = LocalExecutor(workspace)
-            async with proxy.client(on_exec=executor.on_exec) as client:
-                request = user_turn_request("read both", model_id=ids["openai_chat"], workspace=str(workspace))
-                result = await client.run(request, on_frame=executor.on_frame)
-            await executor.aclose()
-            return request, result
-
-        request, result = run(scenario())
+        request = user_turn_request("read both", model_id=ids["openai_chat"], workspace=str(workspace))
+        result, _ = run_with_executor(proxy, request, workspace)
         assert result.end_error is None, result.end_error
         assert result.text() == "both read"
         tool_results = [m for m in messages_of(provider.requests[-1]) if m["role"] == "tool"]

@@ -11,14 +11,11 @@ import pytest
 
 from byok.cli import main
 from byok.cli.client import user_turn_request
-from byok.cli.executor import LocalExecutor
-from tests.e2e.conftest import run
-from tests.e2e.harness import Proxy, model_entry, providers_toml, public_id
-from tests.support.scripted_provider import SCRIPTS, PromptCacheSim
+from tests.e2e.harness import Proxy, model_entry, providers_toml, public_id, run_with_executor
+from tests.support.scripted_provider import KINDS, SCRIPTS, PromptCacheSim, common_prefix
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
-KINDS = ("openai_chat", "openai_responses", "anthropic")
 FILES = ("alpha.txt", "beta.txt")
 
 
@@ -54,27 +51,11 @@ def tool_conversation(proxy, provider, kind: str, model: str, workspace, sim: Pr
 
     provider.enqueue(kind, *(respond(i) for i in range(len(FILES) + 1)))
 
-    async def scenario():
-        executor = LocalExecutor(workspace)
-        async with proxy.client(on_exec=executor.on_exec) as client:
-            request = user_turn_request("read the files", model_id=model, workspace=str(workspace))
-            result = await client.run(request, on_frame=executor.on_frame)
-            await executor.aclose()
-            return result
-
-    result = run(scenario())
+    request = user_turn_request("read the files", model_id=model, workspace=str(workspace))
+    result, _ = run_with_executor(proxy, request, workspace)
     assert result.end_error is None, result.end_error
     assert result.text() == "Both files read."
     return result, provider.requests[first:first + len(FILES) + 1]
-
-
-def common_prefix(a: bytes, b: bytes) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def turn_ended(result):

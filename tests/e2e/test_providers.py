@@ -13,16 +13,12 @@ import pytest
 
 from byok.agent import connect
 from byok.cli.client import user_turn_request
-from byok.cli.executor import LocalExecutor
 from byok.proto import agent_pb2 as apb, aiserver_pb2 as spb
 from tests.e2e.conftest import run, start_proxy
-from tests.e2e.harness import API_KEY, model_entry, providers_toml, public_id
-from tests.support.scripted_provider import ANTHROPIC, CHAT, RESPONSES, Hang, Usage
+from tests.e2e.harness import API_KEY, model_entry, providers_toml, public_id, run_with_executor
+from tests.support.scripted_provider import CHAT, KINDS, SCRIPTS, Hang, Usage
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
-
-KINDS = ("openai_chat", "openai_responses", "anthropic")
-SCRIPTS = {"openai_chat": CHAT, "openai_responses": RESPONSES, "anthropic": ANTHROPIC}
 
 
 @pytest.fixture(scope="module")
@@ -34,15 +30,8 @@ def env(tmp_path_factory, provider):
 
 
 def tool_turn(proxy, model, workspace):
-    async def scenario():
-        executor = LocalExecutor(workspace)
-        async with proxy.client(on_exec=executor.on_exec) as client:
-            request = user_turn_request("read notes.txt", model_id=model, workspace=str(workspace))
-            result = await client.run(request, on_frame=executor.on_frame)
-            await executor.aclose()
-            return result
-
-    return run(scenario())
+    request = user_turn_request("read notes.txt", model_id=model, workspace=str(workspace))
+    return run_with_executor(proxy, request, workspace)[0]
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -16,12 +16,10 @@ from byok.cli.client import resume_request, user_turn_request
 from byok.cli.executor import LocalExecutor
 from byok.proto import agent_pb2 as apb
 from tests.e2e.conftest import run, start_proxy
-from tests.support.scripted_provider import ANTHROPIC, CHAT, RESPONSES, Ev, Hang, ScriptedProvider, Sse, Usage
+from tests.e2e.harness import run_with_executor
+from tests.support.scripted_provider import CHAT, KINDS, SCRIPTS, Ev, ScriptedProvider, Sse, Usage
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
-
-KINDS = ("openai_chat", "openai_responses", "anthropic")
-SCRIPTS = {"openai_chat": CHAT, "openai_responses": RESPONSES, "anthropic": ANTHROPIC}
 
 
 @pytest.fixture(scope="module")
@@ -316,14 +314,7 @@ def test_a_queued_message_survives_kill9(tmp_path, own_provider):
         provider.enqueue("openai_chat", CHAT.text_reply("alpha; and I remembered your second message"))
         n = len(provider.requests)
 
-        async def resume():
-            executor = LocalExecutor(workspace)
-            async with proxy.client(blobs=blobs, on_exec=executor.on_exec) as client:
-                result = await client.run(resume_request(request, staged[-1]), on_frame=executor.on_frame)
-                await executor.aclose()
-                return result
-
-        result = run(resume())
+        result, _ = run_with_executor(proxy, resume_request(request, staged[-1]), workspace, blobs=blobs)
         assert result.end_error is None, result.end_error
         assert len(provider.requests) == n + 1
         sent = body(provider.requests[-1])

@@ -19,7 +19,8 @@ from byok.agent import connect
 from byok.cli.client import CursorClient, resume_request, user_turn_request
 from byok.proto import agent_pb2 as apb
 from tests.e2e.conftest import run, start_proxy
-from tests.e2e.harness import newer_turn_while_streaming
+from tests.e2e.harness import newer_turn_while_streaming, run_with_executor, stage_then_leave
+from tests.support.postgres import sql
 from tests.support.scripted_provider import CHAT, Ev, Hang, ScriptedProvider, Sse
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -46,13 +47,6 @@ def replicas(tmp_path, pg_server, provider):
     finally:
         a.stop()
         b.stop()
-
-
-def sql(url: str, query: str, params=()) -> list[tuple]:
-    import psycopg
-
-    with psycopg.connect(url) as conn:
-        return conn.execute(query, params).fetchall()
 
 
 def test_a_newer_run_on_another_replica_fences_the_older_one_at_once(replicas, provider, tmp_path, capsys):
@@ -87,46 +81,18 @@ def test_a_newer_run_on_another_replica_fences_the_older_one_at_once(replicas, p
 
 
 def test_kill9_of_a_replica_mid_round_and_the_retry_on_another_resumes(replicas, provider, tmp_path):
-    from byok.cli.executor import LocalExecutor
-
     a, b, model, db = replicas
     workspace = tmp_path / "ws"
     workspace.mkdir()
     (workspace / "a.txt").write_text("from a\n")
     provider.enqueue("openai_chat", CHAT.tool_calls([("call_a", "Read", json.dumps({"path": str(workspace / "a.txt")}))]))
 
-    async def on_a():
-        staged: list = []
-
-        async def never_answer(client, message):
-            return None
-
-        async with a.client(on_exec=never_answer) as client:
-            async def on_frame(frame):
-                if frame.kind == "conversation_checkpoint_update" and \
-                        frame.message.conversation_checkpoint_update.pending_tool_calls:
-                    staged.append(frame.message.conversation_checkpoint_update)
-                    a.kill9()
-
-            request = user_turn_request("read a", model_id=model, workspace=str(workspace))
-            try:
-                await client.run(request, on_frame=on_frame)
-            except Exception:
-                pass  # the stream dies with replica A
-            return request, staged[0], dict(client.blobs)
-
-    request, staged, blobs = run(on_a())
+    request = user_turn_request("read a", model_id=model, workspace=str(workspace))
+    staged, blobs = stage_then_leave(a, request, lambda _: a.kill9())
     calls_before = len(provider.requests)
     provider.enqueue("openai_chat", CHAT.text_reply("a says: from a"))
 
-    async def retry_on_b():
-        executor = LocalExecutor(workspace)
-        async with b.client(blobs=blobs, on_exec=executor.on_exec) as client:
-            result = await client.run(resume_request(request, staged), on_frame=executor.on_frame)
-        await executor.aclose()
-        return result, executor.log
-
-    result, execs = run(retry_on_b())
+    result, execs = run_with_executor(b, resume_request(request, staged), workspace, blobs=blobs)  # on B
     assert result.end_error is None, result.end_error
     assert [e.WhichOneof("message") for e in execs] == ["read_args"]  # the staged round's tool, run once, on B
     assert len(provider.requests) == calls_before + 1  # no model call repeated

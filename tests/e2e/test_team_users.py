@@ -18,6 +18,7 @@ from byok.cli.client import CursorClient, user_turn_request
 from tests.e2e.conftest import run, start_proxy
 from tests.e2e.test_listen_access import official_models
 from tests.support import remote_client
+from tests.support.postgres import sql
 from tests.support.scripted_provider import CHAT, ScriptedProvider
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -79,37 +80,16 @@ def turn(proxy, user, request, **kwargs):
     return run(go())
 
 
-def sql(url: str, query: str, params=()) -> list[tuple]:
-    import psycopg
-
-    with psycopg.connect(url) as conn:
-        return conn.execute(query, params).fetchall()
-
-
 def models_seen(proxy, user: str | None, password: str | None = None) -> dict:
     """AvailableModels and one RunSSE turn (on a model nobody has) as this user: {"models", "turn"},
     each {"status", ...} or {"error": "..."} for a connection-level failure such as a 407."""
-    import ssl
-
     import httpx
-
-    from byok.proto import aiserver_pb2 as spb
 
     creds = "" if user is None else f"{user}:{password or PASSWORDS[user]}@"
     proxy_url = f"http://{creds}127.0.0.1:{proxy.port}"
 
     async def fetch() -> dict:
-        out: dict = {}
-        verify = ssl.create_default_context(cafile=proxy.ca_file)
-        async with httpx.AsyncClient(proxy=proxy_url, verify=verify, trust_env=False, timeout=20) as http:
-            try:
-                response = await http.post("https://api2.cursor.sh" + remote_client.MODELS_PATH, content=b"",
-                                           headers={"content-type": "application/proto"})
-                names = list(spb.AvailableModelsResponse.FromString(response.content).model_names) \
-                    if response.status_code == 200 else []
-                out["models"] = {"status": response.status_code, "names": names}
-            except httpx.HTTPError as e:
-                out["models"] = {"error": f"{type(e).__name__}: {e}"}
+        out: dict = {"models": await remote_client.available_models(proxy_url, proxy.ca_file)}
         try:
             async with CursorClient(proxy_url, proxy.ca_file, timeout_s=30) as client:
                 result = await client.run(user_turn_request("hello", model_id="nobodys-model"))

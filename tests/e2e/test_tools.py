@@ -35,11 +35,10 @@ from byok.proto import agent_pb2 as apb
 from tests.e2e.conftest import run, start_proxy
 from tests.e2e.harness import Proxy, mode_tools
 from tests.support.fake_web import FakeWeb, tiny_png
-from tests.support.scripted_provider import CHAT, SCRIPTS, Ev, RecordedRequest, ScriptedProvider, Sse
+from tests.support.scripted_provider import CHAT, KINDS, SCRIPTS, Ev, RecordedRequest, ScriptedProvider, Sse
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(30), pytest.mark.usefixtures("fresh_provider")]
 
-KINDS = ("openai_chat", "openai_responses", "anthropic")
 MANIFESTS: dict[str, list[str]] = {
     name: mode_tools(name, web_configured=True)
     for name in ("agent", "ask", "plan", "subagent")

@@ -149,3 +149,11 @@ def start_or_skip():
         if required():
             pytest.fail(f"PostgreSQL is required here ($CI / $BYOK_REQUIRE_POSTGRES) but cannot start: {e}")
         pytest.skip(f"PostgreSQL not available: {e}")
+
+
+def sql(url: str, query: str, params=()) -> list[tuple]:
+    """The rows of one query on the database at `url` (its own connection: what another process sees)."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        return conn.execute(query, params).fetchall()

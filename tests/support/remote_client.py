@@ -26,32 +26,36 @@ from byok.proto import aiserver_pb2 as spb
 MODELS_PATH = "/aiserver.v1.AiService/AvailableModels"
 
 
-async def main(args: argparse.Namespace) -> dict:
-    out: dict = {}
-    verify = ssl.create_default_context(cafile=args.ca)
-    async with httpx.AsyncClient(proxy=args.proxy, verify=verify, trust_env=False, timeout=20) as http:
+async def available_models(proxy: str, ca: str) -> dict:
+    """AvailableModels through the proxy: {"status", "names"}, or {"error"} for a connection-level failure."""
+    verify = ssl.create_default_context(cafile=ca)
+    async with httpx.AsyncClient(proxy=proxy, verify=verify, trust_env=False, timeout=20) as http:
         try:
             response = await http.post("https://api2.cursor.sh" + MODELS_PATH, content=b"",
                                        headers={"content-type": "application/proto"})
-            names = list(spb.AvailableModelsResponse.FromString(response.content).model_names) \
-                if response.status_code == 200 else []
-            out["models"] = {"status": response.status_code, "names": names}
         except httpx.HTTPError as e:
-            out["models"] = {"error": f"{type(e).__name__}: {e}"}
+            return {"error": f"{type(e).__name__}: {e}"}
+    names = list(spb.AvailableModelsResponse.FromString(response.content).model_names) \
+        if response.status_code == 200 else []
+    return {"status": response.status_code, "names": names}
+
+
+def _turn(result) -> dict:
+    error = result.end_error
+    return {"status": result.status, "text": result.text(),
+            "end_error": None if error is None else {"code": error.code.value, "message": error.message}}
+
+
+async def main(args: argparse.Namespace) -> dict:
+    out: dict = {"models": await available_models(args.proxy, args.ca)}
     try:
         async with CursorClient(args.proxy, args.ca, timeout_s=30) as client:
-            result = await client.run(user_turn_request("hello from afar", model_id=args.model))
-            error = result.end_error
-            out["turn"] = {"status": result.status, "text": result.text(),
-                           "end_error": None if error is None else {"code": error.code.value, "message": error.message}}
+            out["turn"] = _turn(await client.run(user_turn_request("hello from afar", model_id=args.model)))
     except httpx.HTTPError as e:
         out["turn"] = {"error": f"{type(e).__name__}: {e}"}
     try:
         async with H2CursorClient(args.proxy, args.ca, timeout_s=30) as client:
-            result = await client.run(user_turn_request("hello over h2", model_id=args.model))
-            error = result.end_error
-            out["turn_h2"] = {"status": result.status, "text": result.text(), "end_error": None if error is None
-                              else {"code": error.code.value, "message": error.message}}
+            out["turn_h2"] = _turn(await client.run(user_turn_request("hello over h2", model_id=args.model)))
     except (H2Error, OSError, ConnectError, UnexpectedAnswer) as e:
         out["turn_h2"] = {"error": f"{type(e).__name__}: {e}"}
     return out

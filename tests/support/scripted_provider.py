@@ -45,6 +45,8 @@ from typing import Any, Union
 from byok.agent.providers.base import Usage
 
 PATHS = {"openai_chat": "/chat/completions", "openai_responses": "/responses", "anthropic": "/messages"}
+KINDS = tuple(PATHS)
+"""The three dialects (provider kinds), in the order tests run them."""
 DEFAULT_USAGE = Usage(input_tokens=100, output_tokens=20)
 
 
@@ -768,7 +770,7 @@ class PromptCacheSim:
             parts += [self._json(message) for message in body.get("messages") or []]
         prompt = b"".join(parts)
         seen = self._openai.setdefault(body.get("prompt_cache_key"), [])
-        common = max((_common_prefix(prompt, earlier) for earlier in seen), default=0)
+        common = max((common_prefix(prompt, earlier) for earlier in seen), default=0)
         seen.append(prompt)
         cached_tokens = common // 4
         cached = (cached_tokens // 128) * 128 if cached_tokens >= self.MIN_TOKENS else 0
@@ -783,7 +785,8 @@ def _without_cache_control(value: Any) -> Any:
     return value
 
 
-def _common_prefix(a: bytes, b: bytes) -> int:
+def common_prefix(a: bytes, b: bytes) -> int:
+    """How many leading bytes `a` and `b` share."""
     n = min(len(a), len(b))
     lo, hi = 0, n  # binary search on equal prefixes: fast for long prompts
     while lo < hi:
