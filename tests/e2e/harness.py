@@ -20,6 +20,7 @@ from byok.agent.config import public_model_id
 from byok.cli.client import CursorClient, RunResult, user_turn_request
 from byok.cli.executor import LocalExecutor
 from byok.cli.h2client import H2CursorClient
+from tests.support.scripted_provider import ScriptedProvider
 
 ROOT = Path(__file__).resolve().parents[2]
 MITMDUMP = str(Path(sys.executable).with_name("mitmdump"))
@@ -160,6 +161,14 @@ class Proxy:
     def h2_client(self, **kwargs) -> H2CursorClient:
         """The HTTP/2 Run client (Cursor's default transport) through this proxy."""
         return H2CursorClient(self.url, self.ca_file, **kwargs)
+
+
+@dataclass
+class ProxyEnv:
+    """What a test module shares: its proxy, its scripted provider and the public model id per kind."""
+    proxy: Proxy
+    provider: ScriptedProvider
+    models: dict[str, str]
 
 
 async def newer_turn_while_streaming(older: CursorClient, newer: CursorClient, model: str):

@@ -26,23 +26,16 @@ from byok.cli.mcp_servers import (
 )
 from byok.proto import agent_pb2 as apb
 from tests.e2e.conftest import run
-from tests.e2e.harness import ROOT, Proxy, model_entry, providers_toml, public_id
+from tests.e2e.harness import Proxy, ProxyEnv, mode_tools, model_entry, providers_toml, public_id
 from tests.support import turns
 from tests.support.schema_rules import check_tools, portable_problems, strict_problems
 from tests.support.scripted_provider import KINDS, SCRIPTS, RecordedRequest, ScriptedProvider
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
 
-AGENT_TOOLS = json.loads((ROOT / "prompt" / "modes" / "agent.json").read_text())
+AGENT_TOOLS = mode_tools("agent", web_configured=True)
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 24
 NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-
-
-@dataclass
-class Env:
-    proxy: Proxy
-    provider: ScriptedProvider
-    models: dict[str, str]
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +50,7 @@ def env(tmp_path_factory):
         (home / "providers.toml").write_text(providers_toml(list(entries.values())))
         proxy = Proxy(home).start()
         try:
-            yield Env(proxy, provider, {k: public_id(e) for k, e in entries.items()})
+            yield ProxyEnv(proxy, provider, {k: public_id(e) for k, e in entries.items()})
         finally:
             proxy.stop()
 
@@ -83,7 +76,7 @@ class Turn:
         return card
 
 
-def mcp_turn(env: Env, tmp_path: Path, kind: str, scripts, mcp: ScriptedMcp, *, seed: str = "part",
+def mcp_turn(env: ProxyEnv, tmp_path: Path, kind: str, scripts, mcp: ScriptedMcp, *, seed: str = "part",
              mode: int = apb.AGENT_MODE_AGENT, described: ScriptedMcp | None = None) -> Turn:
     """One user turn whose request describes the servers as Cursor does: the MCP request-context
     part by blob reference (`seed="part"`, fetched by KV GET), `AgentRunRequest.mcp_tools`
@@ -253,7 +246,7 @@ def test_names_that_need_care_and_a_schema_strict_mode_rejects(env, tmp_path, ki
     assert card.WhichOneof("tool") == "mcp_tool_call" and card.mcp_tool_call.args.tool_name == long_name
 
 
-def _direct_name(env: Env, tmp_path: Path, kind: str, mcp: ScriptedMcp) -> str:
+def _direct_name(env: ProxyEnv, tmp_path: Path, kind: str, mcp: ScriptedMcp) -> str:
     turn = mcp_turn(env, tmp_path, kind, [SCRIPTS[kind].text_reply("nothing to do")], mcp)
     names = turns.tool_names(kind, turn.requests[0].json)
     [direct] = [n for n in names if n.startswith("mcp_")]

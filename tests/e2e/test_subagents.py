@@ -20,34 +20,20 @@ from byok.cli.subagents import SubagentRunner
 from byok.agent.subagents import READ_ONLY_TOOLS
 from byok.proto import agent_pb2 as apb
 from tests.e2e.conftest import run, start_proxy
-from tests.e2e.harness import Proxy
+from tests.e2e.harness import Proxy, ProxyEnv
 from tests.support import turns
-from tests.support.scripted_provider import SCRIPTS, Hang, RecordedRequest, ScriptedProvider
+from tests.support.scripted_provider import KINDS, SCRIPTS, Hang, RecordedRequest, ScriptedProvider
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90), pytest.mark.usefixtures("fresh_provider")]
 
-KINDS = ("openai_chat", "openai_responses", "anthropic")
 SUBAGENT_MARK = "working as a **subagent**"
-
-
-@dataclass
-class Env:
-    proxy: Proxy
-    provider: ScriptedProvider
-    models: dict[str, str]
 
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory, provider):
     proxy, models = start_proxy(tmp_path_factory.mktemp("subagents"), provider, kinds=KINDS)
-    yield Env(proxy, provider, models)
+    yield ProxyEnv(proxy, provider, models)
     proxy.stop()
-
-
-@pytest.fixture(autouse=True)
-def _clean_queue(provider):
-    yield
-    provider.clear()
 
 
 def is_parent(body) -> bool:
@@ -56,6 +42,20 @@ def is_parent(body) -> bool:
 
 def is_child(marker: str):
     return lambda body: SUBAGENT_MARK in turns.body_text(body) and marker in turns.body_text(body)
+
+
+def once_child_called(env: ProxyEnv, marker: str, action: apb.ConversationAction):
+    """A `during` hook for parent_turn: once the child `marker` has called the provider (so its Task
+    waits), send `action` on the parent's run."""
+
+    async def during(runner, client, request_id):
+        for _ in range(200):
+            if any(r.json and is_child(marker)(r.json) for r in env.provider.requests):
+                break
+            await asyncio.sleep(0.05)
+        client.append_soon(request_id, apb.AgentClientMessage(conversation_action=action))
+
+    return during
 
 
 @dataclass
@@ -76,13 +76,13 @@ class Outcome:
         return found
 
 
-def enqueue(env: Env, kind: str, parent: list, children: dict[str, list]) -> None:
+def enqueue(env: ProxyEnv, kind: str, parent: list, children: dict[str, list]) -> None:
     env.provider.enqueue(kind, *parent, match=is_parent)
     for marker, scripts in children.items():
         env.provider.enqueue(kind, *scripts, match=is_child(marker))
 
 
-def parent_turn(env: Env, tmp_path: Path, kind: str, *, text: str = "delegate the work",
+def parent_turn(env: ProxyEnv, tmp_path: Path, kind: str, *, text: str = "delegate the work",
                 request: apb.AgentRunRequest | None = None, after=None, runner_hook=None, during=None,
                 files: dict[str, str] | None = None, proxy: Proxy | None = None, blobs=None,
                 expect_clean: bool = True) -> Outcome:
@@ -124,7 +124,7 @@ def parent_turn(env: Env, tmp_path: Path, kind: str, *, text: str = "delegate th
     return Outcome(result, runner, request, held)
 
 
-def requests_of(env: Env, match) -> list[RecordedRequest]:
+def requests_of(env: ProxyEnv, match) -> list[RecordedRequest]:
     return [r for r in env.provider.requests if r.json and match(r.json)]
 
 
@@ -214,7 +214,7 @@ def test_two_parallel_tasks(env, tmp_path, kind):
         "call_par_1": apb.SUBAGENT_RUN_STATUS_SUCCESS, "call_par_2": apb.SUBAGENT_RUN_STATUS_SUCCESS}
 
 
-def run_request(env: Env, request: apb.AgentRunRequest, blobs: dict, *, proxy: Proxy | None = None):
+def run_request(env: ProxyEnv, request: apb.AgentRunRequest, blobs: dict, *, proxy: Proxy | None = None):
     async def scenario():
         async with (proxy or env.proxy).client(blobs=dict(blobs)) as client:
             return await client.run(request), dict(client.blobs)
@@ -222,7 +222,7 @@ def run_request(env: Env, request: apb.AgentRunRequest, blobs: dict, *, proxy: P
     return run(scenario())
 
 
-def stored_events(env: Env, conversation: str, prefix: str) -> list[str]:
+def stored_events(env: ProxyEnv, conversation: str, prefix: str) -> list[str]:
     db = sqlite3.connect(env.proxy.db)
     try:
         return [e for (e,) in db.execute(
@@ -299,15 +299,8 @@ def test_cancel_stops_one_subagent_and_nothing_else(env, tmp_path, kind):
     enqueue(env, kind, [s.tool_calls(tasks), s.text_reply("One was stopped.")],
             {slow: [Hang(30)], quick: [s.text_reply("quick answer")]})
 
-    async def cancel_when_slow_waits(runner, client, request_id):
-        for _ in range(200):
-            if any(r.json and is_child(slow)(r.json) for r in env.provider.requests):
-                break
-            await asyncio.sleep(0.05)
-        client.append_soon(request_id, apb.AgentClientMessage(conversation_action=apb.ConversationAction(
-            cancel_subagent_action=apb.CancelSubagentAction(subagent_id="call_slow"))))
-
-    out = parent_turn(env, tmp_path, kind, during=cancel_when_slow_waits)
+    cancel = apb.ConversationAction(cancel_subagent_action=apb.CancelSubagentAction(subagent_id="call_slow"))
+    out = parent_turn(env, tmp_path, kind, during=once_child_called(env, slow, cancel))
     assert out.result.end_error is None, out.result.end_error
     slow_child, quick_child = out.child(slow), out.child(quick)
     # the slow Task's exec was aborted, its child run canceled; the quick one finished normally
@@ -333,15 +326,8 @@ def test_a_waiting_task_moves_to_the_background_on_request(env, tmp_path):
     enqueue(env, kind, [s.tool_calls([task]), s.text_reply("It continues in the background.")],
             {marker: [Hang(2, then=s.text_reply("long job done"))]})
 
-    async def move_when_waiting(runner, client, request_id):
-        for _ in range(200):
-            if any(r.json and is_child(marker)(r.json) for r in env.provider.requests):
-                break
-            await asyncio.sleep(0.05)
-        client.append_soon(request_id, apb.AgentClientMessage(conversation_action=apb.ConversationAction(
-            background_subagent_action=apb.BackgroundSubagentAction(tool_call_id="call_move"))))
-
-    out = parent_turn(env, tmp_path, kind, during=move_when_waiting)
+    move = apb.ConversationAction(background_subagent_action=apb.BackgroundSubagentAction(tool_call_id="call_move"))
+    out = parent_turn(env, tmp_path, kind, during=once_child_called(env, marker, move))
     assert out.result.end_error is None, out.result.end_error
     child = out.child(marker)
     card = out.completed("call_move").task_tool_call.result.success
@@ -388,7 +374,7 @@ def test_kill9_during_a_child_run_neither_reruns_nor_duplicates(tmp_path, kind):
     id; no child conversation is created twice."""
     with ScriptedProvider() as provider:
         proxy, models = start_proxy(tmp_path / "home", provider, kinds=(kind,))
-        env = Env(proxy, provider, models)
+        env = ProxyEnv(proxy, provider, models)
         s = SCRIPTS[kind]
         done, hanging = f"KILL-DONE-{kind}", f"KILL-HANG-{kind}"
         tasks = [("call_done", "Task", json.dumps({"description": "Done", "prompt": f"{done}: answer"})),

@@ -33,9 +33,9 @@ from byok.cli.client import RunResult, user_turn_request
 from byok.cli.executor import FetchPage, LocalExecutor, Misbehave, ScriptedQueries
 from byok.proto import agent_pb2 as apb
 from tests.e2e.conftest import run, start_proxy
-from tests.e2e.harness import Proxy, mode_tools
+from tests.e2e.harness import Proxy, ProxyEnv, mode_tools
 from tests.support.fake_web import FakeWeb, tiny_png
-from tests.support.scripted_provider import CHAT, KINDS, SCRIPTS, Ev, RecordedRequest, ScriptedProvider, Sse
+from tests.support.scripted_provider import CHAT, KINDS, SCRIPTS, Ev, RecordedRequest, Sse
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(30), pytest.mark.usefixtures("fresh_provider")]
 
@@ -52,13 +52,6 @@ REPLY = "All done."
 # ---- fixtures -------------------------------------------------------------------------------------
 
 
-@dataclass
-class Env:
-    proxy: Proxy
-    provider: ScriptedProvider
-    models: dict[str, str]
-
-
 @pytest.fixture(scope="module")
 def web():
     with FakeWeb() as fake:
@@ -73,7 +66,7 @@ def env(tmp_path_factory, provider, web):
     with open(home / "providers.toml", "a") as f:
         f.write(f'\n[web_search]\nkind = "searxng"\nbase_url = "{web.base_url}"\n'
                 f'\n[image_generation]\nbase_url = "{web.base_url}"\nmodel = "gpt-image-1"\napi_key = "sk-img-test"\n')
-    yield Env(proxy, provider, models)
+    yield ProxyEnv(proxy, provider, models)
     proxy.stop()
 
 
@@ -121,7 +114,7 @@ class Turn:
                 for f in self.result.down("interaction_update.tool_call_completed")]
 
 
-def run_turn(env: Env, workspace: Path, scripts, *, files: dict[str, str | bytes] | None = None,
+def run_turn(env: ProxyEnv, workspace: Path, scripts, *, files: dict[str, str | bytes] | None = None,
              kind: str = "openai_chat", mode: str = "agent", executor: LocalExecutor | None = None,
              queries: ScriptedQueries | None = None, ack_delay_s: float = 0.05, settle_s: float = 0.0) -> Turn:
     """Queue `scripts`, run one user turn in `mode` over the proxy, execute its tools for real.
@@ -165,7 +158,7 @@ def run_turn(env: Env, workspace: Path, scripts, *, files: dict[str, str | bytes
     return turn
 
 
-def one_round(env: Env, workspace: Path, calls: list[Call], *, kind: str = "openai_chat", text: str | None = None,
+def one_round(env: ProxyEnv, workspace: Path, calls: list[Call], *, kind: str = "openai_chat", text: str | None = None,
               reasoning: str | None = None, **kwargs) -> Turn:
     """Round 1 = the model calls `calls` (after `reasoning` and `text`, if given), round 2 = a text
     reply. Checks the run completed."""
@@ -261,7 +254,7 @@ def server_frame_times(proxy: Proxy, request_id: str, count: int, timeout: float
         time.sleep(0.05)
 
 
-def check_round(env: Env, turn: Turn, calls: list[Call], results: list[tuple[str, str]], *,
+def check_round(env: ProxyEnv, turn: Turn, calls: list[Call], results: list[tuple[str, str]], *,
                 round_no: int = 0, text: str | None = None, reasoning: str | None = None,
                 is_error: dict[str, bool] | None = None, kind: str = "openai_chat") -> None:
     """Round `round_no` of the turn: checkpoints, blobs, ToolCall steps and the provider's next request.
