@@ -44,15 +44,20 @@ def is_child(marker: str):
     return lambda body: SUBAGENT_MARK in turns.body_text(body) and marker in turns.body_text(body)
 
 
+async def until_requested(env: ProxyEnv, match) -> None:
+    for _ in range(400):
+        if any(r.json and match(r.json) for r in env.provider.requests):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the provider was never asked")
+
+
 def once_child_called(env: ProxyEnv, marker: str, action: apb.ConversationAction):
     """A `during` hook for parent_turn: once the child `marker` has called the provider (so its Task
     waits), send `action` on the parent's run."""
 
     async def during(runner, client, request_id):
-        for _ in range(200):
-            if any(r.json and is_child(marker)(r.json) for r in env.provider.requests):
-                break
-            await asyncio.sleep(0.05)
+        await until_requested(env, is_child(marker))
         client.append_soon(request_id, apb.AgentClientMessage(conversation_action=action))
 
     return during
@@ -347,10 +352,7 @@ def test_cancel_subagent_at_run_start_stops_a_background_child(env, tmp_path):
     enqueue(env, kind, [s.tool_calls([task]), s.text_reply("started")], {marker: [Hang(30)]})
 
     async def cancel_from_a_new_request(runner, client, result):
-        for _ in range(200):
-            if any(r.json and is_child(marker)(r.json) for r in env.provider.requests):
-                break
-            await asyncio.sleep(0.05)
+        await until_requested(env, is_child(marker))
         child = runner.children[0]
         request = apb.AgentRunRequest(conversation_id=runner.parent_request.conversation_id,
                                       requested_model=runner.parent_request.requested_model)
@@ -546,14 +548,6 @@ def test_a_background_child_binding_after_its_exec_returned_keeps_what_the_task_
                               [out.child(ro).agent_id, nest_child.agent_id, grand_child.agent_id]))
     assert parents == {out.child(ro).agent_id: out.request.conversation_id,
                        nest_child.agent_id: out.request.conversation_id, grand_child.agent_id: nest_child.agent_id}
-
-
-async def until_requested(env: Env, match) -> None:
-    for _ in range(400):
-        if any(r.json and match(r.json) for r in env.provider.requests):
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("the provider was never asked")
 
 
 def test_cancel_names_a_call_of_its_own_conversation_only(env, tmp_path):
