@@ -312,12 +312,14 @@ class Turn:
         owner: dict[bytes, proj.Projection] = {}  # the last projection naming each new blob
         for p in projections:
             owner.update((bid, p) for bid in p.blobs if bid not in held)
-        new = {bid: p.blobs[bid] for bid, p in owner.items()}  # only these bytes are decoded
-        if new:
-            await self.svc.store.put_blobs([
-                (bid, data, [BlobRef(f, i, c) for f, i, c in owner[bid].refs_of(bid)]) for bid, data in new.items()
-            ], user_id=self.run.user)
-        await self.run.set_blobs(new)
+
+        def decode_new() -> list[tuple[bytes, bytes, list[BlobRef]]]:  # only these bytes are decoded
+            return [(bid, p.blobs[bid], [BlobRef(f, i, c) for f, i, c in p.refs_of(bid)]) for bid, p in owner.items()]
+
+        rows = await asyncio.to_thread(decode_new) if owner else []
+        if rows:
+            await self.svc.store.put_blobs(rows, user_id=self.run.user)
+        await self.run.set_blobs({bid: data for bid, data, _ in rows})
 
     async def _publish(self, *projections: proj.Projection, revision: int | None = None) -> None:
         """SET what the client lacks, wait for every ACK, then record and emit the states."""

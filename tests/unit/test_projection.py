@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from hypothesis import given, settings, strategies as st
 
-from byok.agent import history
+from byok.agent import history, user_input
 from byok.agent.cursor import projection as proj
 from byok.agent.transcript import AssistantItem, TextPart, ToolCall, ToolResultItem, ToolSpec
 from byok.proto import agent_pb2 as apb
@@ -184,14 +184,14 @@ def test_estimate_tokens_follows_the_per_character_rule(text):
 
 
 def turn_with_state(n, state: apb.ConversationStateStructure, *, stored_ids=True):
-    """A runtime turn as turn_payload stores it: the user message points at the state before it."""
+    """A runtime turn as the engine stores it (`turn_payload`): the user message points at the
+    state before it. `stored_ids=False`: as a row written before turns stored their blob ids."""
     state_blob = state.SerializeToString(deterministic=True)
-    um = apb.UserMessage(text=f"q{n}", message_id=f"m{n}", conversation_state_blob_id=proj.sha256(state_blob))
-    um_blob = um.SerializeToString(deterministic=True)
-    payload = history.runtime_user_payload(
-        [TextPart(f"q{n}")], wire_id=f"runtime:run-request:r{n}",
-        turn={"request_id": f"r{n}", "user_message_blob": history.b64(um_blob), "state_blob": history.b64(state_blob)},
-        blob_refs=[proj.sha256(um_blob), proj.sha256(state_blob)] if stored_ids else ())
+    payload, _ = user_input.turn_payload(
+        user_input.Rendered([TextPart(f"q{n}")], "digest"), apb.UserMessage(text=f"q{n}", message_id=f"m{n}"),
+        event_id=f"run-request:r{n}", request_id=f"r{n}", state_blob=state_blob)
+    if not stored_ids:
+        payload["blob_refs"] = []
     return M(payload), state_blob
 
 

@@ -336,16 +336,12 @@ def _state_blob(b: _Builder, payload: Mapping) -> bytes:
     and edges are decoded only for a blob the client does not hold (see `turn_payload`)."""
     encoded = payload["turn"]["state_blob"]
     stored = payload.get("blob_refs") or ()
-
-    def data() -> bytes:
-        return unb64(encoded)
-
-    def refs() -> list[tuple[str, int, bytes]]:
-        return _state_refs(apb.ConversationStateStructure.FromString(data()))
-
-    if len(stored) == 2:  # [user message id, state id], as turn_payload writes them
-        return b.known_blob(bytes.fromhex(stored[1]), data, refs)
-    return b.blob(data(), refs)
+    if len(stored) != 2:  # written before turns stored [user message id, state id]
+        data = unb64(encoded)
+        return b.blob(data, _state_refs(apb.ConversationStateStructure.FromString(data)))
+    state_id = bytes.fromhex(stored[1])
+    return b.known_blob(state_id, lambda: unb64(encoded),
+                        lambda: _state_refs(apb.ConversationStateStructure.FromString(b.blobs[state_id])))
 
 
 def _state_refs(state: apb.ConversationStateStructure) -> list[tuple[str, int, bytes]]:
