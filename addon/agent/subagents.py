@@ -474,6 +474,10 @@ def _completion_key(c: apb.BackgroundTaskCompletion) -> str | None:
     if c.reason == apb.BACKGROUND_TASK_COMPLETION_REASON_TASK_PROGRESS:
         return None  # a progress note, not an end: nothing to follow up yet
     if c.kind == apb.BACKGROUND_TASK_KIND_SUBAGENT and c.HasField("subagent_id") and c.subagent_id:
+        if c.status not in subagent_state.RUN_STATUS:
+            status = apb.BackgroundTaskStatus.Name(c.status) if c.status in apb.BackgroundTaskStatus.values() else c.status
+            raise ProtocolError(f"background completion of subagent {c.subagent_id!r} has status {status} "
+                                "(a finished subagent is SUCCESS, ERROR or ABORTED)")
         return f"subagent-completed:{c.subagent_id}"
     if c.kind == apb.BACKGROUND_TASK_KIND_SHELL and c.task_id:
         return f"shell-completed:{c.task_id}"

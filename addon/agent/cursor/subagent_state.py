@@ -24,11 +24,12 @@ from .tools import task as task_codec
 COMPLETION_KEY = "background_completion"
 """The runtime payload key holding a background completion's fields (subagents.py writes it)."""
 
-_STATUS = {
+RUN_STATUS = {
     apb.BACKGROUND_TASK_STATUS_SUCCESS: apb.SUBAGENT_RUN_STATUS_SUCCESS,
     apb.BACKGROUND_TASK_STATUS_ERROR: apb.SUBAGENT_RUN_STATUS_ERROR,
     apb.BACKGROUND_TASK_STATUS_ABORTED: apb.SUBAGENT_RUN_STATUS_ABORTED,
 }
+"""A subagent's background completion status -> its run status (the only statuses a completion may carry)."""
 
 
 def fold(state: apb.ConversationStateStructure, messages: Sequence, parent_tool_call_id: str | None) -> None:
@@ -88,7 +89,9 @@ def _completion(state: apb.ConversationStateStructure, c: dict) -> None:
     run.parent_tool_call_id = call_id
     if c.get("subagent_id"):
         run.subagent_id = c["subagent_id"]
-    run.status = _STATUS.get(c.get("status", 0), apb.SUBAGENT_RUN_STATUS_SUCCESS)
+    # A completion arrives with a known status (subagents.background_completion refuses others);
+    # a row stored before that check with none is not claimed to have succeeded.
+    run.status = RUN_STATUS.get(c.get("status", 0), apb.SUBAGENT_RUN_STATUS_ERROR)
     for key in ("title", "detail", "output_path"):
         if c.get(key):
             setattr(run, key, c[key])

@@ -6,8 +6,12 @@ from __future__ import annotations
 import base64
 from dataclasses import dataclass
 
+import pytest
+
+from byok.agent import subagents
 from byok.agent.cursor import subagent_state
 from byok.agent.cursor.tools import task
+from byok.agent.errors import ProtocolError
 from byok.proto import agent_pb2 as apb
 
 
@@ -87,3 +91,21 @@ def test_task_types_and_strings():
     failed = task.result_outcome(apb.SubagentResult(error=apb.SubagentError(agent_id="a", error="x")), card,
                                  background=False, duration_ms=5)
     assert failed.is_error and failed.content == "Subagent name: Look\nSubagent ID: a\n\nThe subagent failed: x"
+
+
+def test_a_completion_without_a_known_status_is_no_success():
+    """A stored completion with no known status folds as ERROR; a new one is refused at the door."""
+    state = apb.ConversationStateStructure()
+    for call_id, status in (("c1", apb.BACKGROUND_TASK_STATUS_UNSPECIFIED), ("c2", 99)):
+        subagent_state.fold(state, [Msg({"kind": "runtime", subagent_state.COMPLETION_KEY: {
+            "kind": apb.BACKGROUND_TASK_KIND_SUBAGENT, "status": status, "subagent_id": "a", "tool_call_id": call_id}})],
+            None)
+        assert state.subagent_runs_by_parent_tool_call_id[call_id].status == apb.SUBAGENT_RUN_STATUS_ERROR
+    for status in (apb.BACKGROUND_TASK_STATUS_UNSPECIFIED, 99):
+        c = apb.BackgroundTaskCompletion(kind=apb.BACKGROUND_TASK_KIND_SUBAGENT, subagent_id="a", tool_call_id="c",
+                                         status=status)
+        with pytest.raises(ProtocolError, match="background completion of subagent 'a' has status"):
+            subagents._completion_key(c)
+    ok = apb.BackgroundTaskCompletion(kind=apb.BACKGROUND_TASK_KIND_SUBAGENT, subagent_id="a",
+                                      status=apb.BACKGROUND_TASK_STATUS_ABORTED)
+    assert subagents._completion_key(ok) == "subagent-completed:a"
