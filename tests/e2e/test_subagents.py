@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from byok.agent import connect
 from byok.cli.client import RunResult, user_turn_request
 from byok.cli.executor import LocalExecutor
 from byok.cli.subagents import SubagentRunner
@@ -341,6 +343,26 @@ def test_a_waiting_task_moves_to_the_background_on_request(env, tmp_path):
     assert out.result.down("exec_server_control_message") == []  # moved, not aborted
     assert child.ok and child.final_message == "long job done"  # it went on after the parent's turn
     assert out.result.text() == "It continues in the background."
+
+
+def test_a_subagent_success_without_agent_id_ends_the_parent_run_with_a_protocol_error(env, tmp_path):
+    kind = "openai_chat"
+    s = SCRIPTS[kind]
+    marker = "CHILD-NO-ID"
+    task = ("call_no_id", "Task", json.dumps({"description": "Anonymous", "prompt": f"{marker}: work"}))
+    enqueue(env, kind, [s.tool_calls([task]), s.text_reply("never asked")], {marker: [s.text_reply("done")]})
+
+    def no_agent_id(runner):
+        runner.result_of = lambda child: apb.SubagentResult(success=apb.SubagentSuccess(final_message="done"))
+
+    asked = len(requests_of(env, is_parent))
+    out = parent_turn(env, tmp_path, kind, runner_hook=no_agent_id)
+    assert out.result.end_error is not None and out.result.end_error.code is connect.Code.INVALID_ARGUMENT
+    assert "SubagentSuccess carries no agent_id" in out.result.end_error.message
+    parent_id = out.request.conversation_id[:8]
+    assert re.search(rf"\[req-{parent_id}-\d+\] run ends with invalid_argument: protocol error: "
+                     "SubagentSuccess carries no agent_id", env.proxy.log()), env.proxy.log()[-3000:]
+    assert len(requests_of(env, is_parent)) == asked + 1  # the model never saw a made-up identity
 
 
 def test_cancel_subagent_at_run_start_stops_a_background_child(env, tmp_path):

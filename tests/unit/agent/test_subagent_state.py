@@ -109,3 +109,10 @@ def test_a_completion_without_a_known_status_is_no_success():
     ok = apb.BackgroundTaskCompletion(kind=apb.BACKGROUND_TASK_KIND_SUBAGENT, subagent_id="a",
                                       status=apb.BACKGROUND_TASK_STATUS_ABORTED)
     assert subagents._completion_key(ok) == "subagent-completed:a"
+
+
+def test_a_subagent_success_without_agent_id_is_a_protocol_error():
+    card = apb.TaskArgs(description="Look", prompt="p")
+    with pytest.raises(ProtocolError, match="SubagentSuccess carries no agent_id"):
+        task.result_outcome(apb.SubagentResult(success=apb.SubagentSuccess(final_message="done")), card,
+                            background=False, duration_ms=5)

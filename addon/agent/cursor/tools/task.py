@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from google.protobuf.message import Message
 
+from byok.agent.errors import ProtocolError
 from byok.proto import agent_pb2 as apb
 
 from .base import CallIO, RunToolContext, ToolDef, ToolOutcome
@@ -137,6 +138,8 @@ def result_outcome(result: apb.SubagentResult, card: apb.TaskArgs, *, background
         e = result.error
         return error_outcome(card, f"The subagent failed: {e.error}", agent_id=e.agent_id if e.HasField("agent_id") else "")
     s = result.success
+    if not s.agent_id:
+        raise ProtocolError("SubagentSuccess carries no agent_id (the parent cannot name the subagent it launched)")
     final = s.final_message if s.HasField("final_message") else ""
     is_background = background or s.background_reason != apb.SUBAGENT_BACKGROUND_REASON_UNSPECIFIED
     return success_outcome(card, agent_id=s.agent_id, final_message=final, background=is_background,
