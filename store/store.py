@@ -603,8 +603,8 @@ class Store:
         """Bind a subagent conversation to the Task call that launched it (its X-Parent-Agent-Tool-Call-Id)
         and return that call's launch, or None when no parent here launched it. Among launches with
         that call id, the one of the child's conversation group (`group_id`, the root conversation)
-        that names this child for resume, else the one bound to it already, else an unbound one.
-        A child is bound to one call, except when a later call resumes it; a call launches one child.
+        that names this child for resume, else the one bound to it already, else an unbound one (with
+        no group id, only if it is the only unbound one). A child is bound to one call, except when a later call resumes it; a call launches one child.
         Both are a SubagentConflict otherwise."""
         with self.db.atomic():
             rows = self.db.execute(
@@ -617,9 +617,16 @@ class Store:
             children = dict(self.db.execute(
                 "SELECT parent_conversation_id, child_conversation_id FROM subagents WHERE parent_tool_call_id = ?"
                 " AND parent_conversation_id IS NOT NULL", [parent_tool_call_id]).fetchall())
+            unbound = [x for x in launches if x.parent_conversation_id not in children]
             launch = next((x for x in launches if x.resume_agent_id == child_conversation_id), None) or next(
-                (x for x in launches if children.get(x.parent_conversation_id) == child_conversation_id), None) or next(
-                (x for x in launches if x.parent_conversation_id not in children), None)
+                (x for x in launches if children.get(x.parent_conversation_id) == child_conversation_id), None)
+            if launch is None and len(unbound) > 1 and not group_id:
+                # with no group to tell them apart, the newest could be another conversation's call
+                parents = ", ".join(sorted(x.parent_conversation_id for x in unbound))
+                raise SubagentConflict(f"conversation {child_conversation_id} names Task call {parent_tool_call_id!r},"
+                                       f" which conversations {parents} each launched; without a conversation"
+                                       " group id it cannot be told which")
+            launch = launch or next(iter(unbound), None)
             if launch is None and launches:
                 x = launches[0]
                 raise SubagentConflict(f"Task call {parent_tool_call_id!r} of conversation {x.parent_conversation_id} "

@@ -423,6 +423,19 @@ def test_a_subagent_is_bound_to_the_call_that_launched_it(store):
     assert [m.payload["text"] for m in store.head_messages("child-1")] == ["task"]
 
 
+def test_a_subagent_without_a_group_binds_only_to_an_unambiguous_launch(store):
+    from byok.store import SubagentConflict, SubagentLaunch
+
+    first = SubagentLaunch("parent-1", "call_a", "parent-1", "explore", False, 1)
+    store.record_subagent_launch(first)
+    store.record_subagent_launch(SubagentLaunch("parent-2", "call_a", "parent-2", "explore", True, 1))
+    with pytest.raises(SubagentConflict, match="parent-1, parent-2"):  # two conversations used that call id
+        store.bind_subagent("child-1", "call_a", None, "explore")
+    assert store.subagent_of_call("parent-1", "call_a") is None and store.subagent_of_call("parent-2", "call_a") is None
+    assert store.bind_subagent("child-1", "call_a", "parent-1", "explore") == first  # its group tells them apart
+    assert store.bind_subagent("child-1", "call_a", None, "explore") == first  # bound already: no doubt left
+
+
 def test_a_resumed_subagent_is_bound_again_under_the_new_call(store):
     from byok.store import SubagentLaunch
 
