@@ -414,8 +414,8 @@ def test_a_subagent_is_bound_to_the_call_that_launched_it(store):
     assert store.subagent_of_call("parent", "call_b") is None and store.subagent_of_call("other", "call_a") is None
     with pytest.raises(SubagentConflict):  # a second child for one call
         store.bind_subagent("child-2", "call_a", "parent", "explore")
+    store.record_subagent_launch(SubagentLaunch("parent", "call_b", "parent", "explore", False, 1))
     with pytest.raises(SubagentConflict):  # a call that does not resume it
-        store.record_subagent_launch(SubagentLaunch("parent", "call_b", "parent", "explore", False, 1))
         store.bind_subagent("child-1", "call_b", "parent", "explore")
     assert store.bind_subagent("child-9", "call_z", None, "explore") is None  # no parent here launched it
     assert store.head_messages("child-1") == []
