@@ -27,7 +27,7 @@ from .agent.cursor.bidi import UnusableAppend, decode_bidi_append, decode_run_ss
 from .agent.errors import AccessDenied, RunError
 from .agent.loop import Services, make_turn_factory
 from .agent.providers.io import StreamLimits, make_client
-from .agent.run import Run, RunSettings
+from .agent.run import PARENT_TOOL_CALL_HEADER, Run, RunSettings
 from .access import ClientAccess, authenticated_user
 from .agent.team import Team, TeamFile
 from .agent.runtime import Route, RouteTimeout, Runtime
@@ -39,8 +39,6 @@ from .stream_server import RUN_HEADER, RUN_STREAM_HEADER, StreamServer
 log = logging.getLogger("byok.backend")
 
 CONNECT_PROTO = "application/connect+proto"
-PARENT_TOOL_CALL_HEADER = "x-parent-agent-tool-call-id"
-"""A subagent's appends name the parent's Task call (PROTOCOL 5.11)."""
 ANSWERED_HERE = ("rejected", "run-probe", "answered", "status")
 
 

@@ -35,6 +35,7 @@ from byok.proto import agent_pb2 as apb
 
 from .agent import connect
 from .agent.errors import AccessDenied, ProtocolError, RunCanceled
+from .agent.run import PARENT_TOOL_CALL_HEADER
 from .agent.runtime import Route, Runtime
 from .h2conn import H2Connection, H2Error
 from .stream_server import BodyAborted, ChunkedBody, ChunkedResponse
@@ -86,7 +87,7 @@ class PendingRun:
 
 def _parent_call(headers: list[tuple[str, str]]) -> str | None:
     """A subagent's Run names the parent's Task call (`X-Parent-Agent-Tool-Call-Id`)."""
-    return next((v for k, v in headers if k.lower() == "x-parent-agent-tool-call-id" and v), None)
+    return next((v for k, v in headers if k.lower() == PARENT_TOOL_CALL_HEADER.lower() and v), None)
 
 
 def relay_headers(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:

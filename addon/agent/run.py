@@ -28,6 +28,9 @@ from .errors import AckTimeout, InternalError, ProtocolError, RunCanceled, RunEr
 
 log = logging.getLogger("byok.run")
 
+PARENT_TOOL_CALL_HEADER = "X-Parent-Agent-Tool-Call-Id"
+"""The header on a subagent's requests naming its parent's Task call (PROTOCOL 5.11; compare case-insensitively)."""
+
 FrameSink = Callable[[str, str, bytes, int], None]
 """(direction 'down'|'up', kind, payload bytes, flags) -> None; must not block."""
 

@@ -29,13 +29,13 @@ import asyncio
 import uuid
 from dataclasses import dataclass, field
 
+from byok.agent.run import PARENT_TOOL_CALL_HEADER
 from byok.proto import agent_pb2 as apb
 
 from .client import CursorClient, Frame, RunResult, handler_request_id
 from .executor import LocalExecutor
 
 E = apb.ExecClientMessage
-PARENT_HEADER = "X-Parent-Agent-Tool-Call-Id"
 ABORTED = "Subagent was aborted by the user"
 
 
@@ -135,7 +135,7 @@ class SubagentRunner:
         child = Child(agent_id, args, str(uuid.uuid4()), parent_request_id, message.id, self.child_request(agent_id, args))
         self.children.append(child)
         self._running[(parent_request_id, message.id)] = child
-        client.append_headers[child.request_id] = {PARENT_HEADER: args.tool_call_id}
+        client.append_headers[child.request_id] = {PARENT_TOOL_CALL_HEADER: args.tool_call_id}
         if args.run_in_background:
             child.task = asyncio.get_running_loop().create_task(self._background(client, child))
             return E(id=message.id, subagent_result=apb.SubagentResult(success=apb.SubagentSuccess(
