@@ -74,10 +74,13 @@ def assistant_payload(
 
 
 def tool_payload(
-    result: ToolResultItem, *, tool_round_id: str, call_index: int, tool_call_pb: bytes
+    result: ToolResultItem, *, tool_round_id: str, call_index: int, tool_call_pb: bytes,
+    marks: Mapping[str, object] | None = None,
 ) -> dict:
-    """`tool_call_pb` = the completed, typed `agent.v1.ToolCall` (args, result, timestamps)."""
+    """`tool_call_pb` = the completed, typed `agent.v1.ToolCall` (args, result, timestamps);
+    `marks` = the tool's own extra keys (ToolOutcome.marks)."""
     payload = {
+        **(marks or {}),
         "kind": "tool",
         "call_id": result.call_id,
         "name": result.name,

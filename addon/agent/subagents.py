@@ -295,8 +295,7 @@ class Subagents(TurnHooks):
             if stop.how == "background":
                 return task_codec.success_outcome(card, agent_id=agent_id, final_message="", background=True,
                                                   background_reason=apb.SUBAGENT_BACKGROUND_REASON_USER_REQUEST)
-            return task_codec.error_outcome(card, task_codec.USER_STOPPED,
-                                            agent_id=agent_id)
+            return task_codec.stopped_outcome(card, agent_id=agent_id)
         return task_codec.result_outcome(result, card, background=background,
                                          duration_ms=max(0, turn.svc.clock.wall_ms() - started))
 

@@ -118,6 +118,7 @@ class Round:
             t = history.tool_payload(
                 ToolResultItem(state.call_id, state.name, outcome.content, outcome.is_error, tuple(outcome.images)),
                 tool_round_id=self.round_id, call_index=state.index, tool_call_pb=tool_call_pb,
+                marks=outcome.marks,
             )
             request_id = turn.run.request_id
             await turn._complete_call(self.round_id, state.index, [

@@ -36,7 +36,8 @@ def fold(state: apb.ConversationStateStructure, messages: Sequence, parent_tool_
     for msg in messages:
         p = msg.payload
         if p["kind"] == "tool" and p["name"] == "Task":
-            _task(state, apb.ToolCall.FromString(base64.b64decode(p["tool_call"])), p["call_id"])
+            _task(state, apb.ToolCall.FromString(base64.b64decode(p["tool_call"])), p["call_id"],
+                  bool(p.get(task_codec.USER_STOPPED_MARK)))
         elif p["kind"] == "runtime" and p.get(COMPLETION_KEY):
             _completion(state, p[COMPLETION_KEY])
     if parent_tool_call_id:
@@ -45,7 +46,7 @@ def fold(state: apb.ConversationStateStructure, messages: Sequence, parent_tool_
             state.communicate_update_states_by_parent_tool_call_id[parent_tool_call_id].CopyFrom(progress)
 
 
-def _task(state: apb.ConversationStateStructure, call: apb.ToolCall, call_id: str) -> None:
+def _task(state: apb.ConversationStateStructure, call: apb.ToolCall, call_id: str, user_stopped: bool) -> None:
     task = call.task_tool_call
     run = apb.SubagentRunState(parent_tool_call_id=call_id, title=task.args.description)
     result = task.result
@@ -71,7 +72,7 @@ def _task(state: apb.ConversationStateStructure, call: apb.ToolCall, call_id: st
             if call.HasField("completed_at_ms"):
                 persisted.last_used_timestamp_ms = call.completed_at_ms
     elif result.HasField("error"):
-        stopped = result.error.error == task_codec.USER_STOPPED
+        stopped = user_stopped or result.error.error == task_codec.USER_STOPPED  # (the text: older rows)
         run.status = apb.SUBAGENT_RUN_STATUS_ABORTED if stopped else apb.SUBAGENT_RUN_STATUS_ERROR
         run.detail = result.error.error
         if task.args.HasField("agent_id"):

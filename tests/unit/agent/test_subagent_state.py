@@ -116,3 +116,23 @@ def test_a_subagent_success_without_agent_id_is_a_protocol_error():
     with pytest.raises(ProtocolError, match="SubagentSuccess carries no agent_id"):
         task.result_outcome(apb.SubagentResult(success=apb.SubagentSuccess(final_message="done")), card,
                             background=False, duration_ms=5)
+
+
+def test_a_stopped_subagent_folds_as_aborted_from_its_mark_or_the_older_text():
+    from byok.agent import history
+    from byok.agent.transcript import ToolResultItem
+
+    card = apb.TaskArgs(description="Stop me", prompt="p")
+    stopped = task.stopped_outcome(card, agent_id="a")
+    assert stopped.is_error and stopped.result.error.error == task.USER_STOPPED
+    call = task_call("Stop me", stopped.result)
+    call.task_tool_call.result.error.error = "worded some other way"  # the mark decides, not the text
+    payload = history.tool_payload(ToolResultItem("c1", "Task", stopped.content, True), tool_round_id="r",
+                                   call_index=0, tool_call_pb=call.SerializeToString(), marks=stopped.marks)
+    older = tool("Task", "c2", task_call("Old", apb.TaskResult(error=apb.TaskError(error=task.USER_STOPPED))))
+    failed = tool("Task", "c3", task_call("Bad", apb.TaskResult(error=apb.TaskError(error="boom"))))
+    state = apb.ConversationStateStructure()
+    subagent_state.fold(state, [Msg(payload), older, failed], None)
+    runs = state.subagent_runs_by_parent_tool_call_id
+    assert [runs[c].status for c in ("c1", "c2", "c3")] == [
+        apb.SUBAGENT_RUN_STATUS_ABORTED, apb.SUBAGENT_RUN_STATUS_ABORTED, apb.SUBAGENT_RUN_STATUS_ERROR]

@@ -43,6 +43,8 @@ class ToolOutcome:
     images: tuple = ()
     """Images the result carries (`transcript.ImagePart`, e.g. from an MCP tool); the content
     string names each one, so a model without image input still knows they exist."""
+    marks: Mapping[str, Any] = field(default_factory=dict)
+    """Extra keys of the stored tool message that folds read back (e.g. Task's `user_stopped`)."""
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,8 @@ Task. Continuing an earlier subagent (`resume`) does not repeat the identity.
 
 from __future__ import annotations
 
+import dataclasses
+
 from google.protobuf.message import Message
 
 from byok.agent.errors import ProtocolError
@@ -37,7 +39,10 @@ TYPE_ONEOF = {
 """A type name the model uses -> its `SubagentType` oneof; any other name is `custom` (spelling kept)."""
 BACKGROUND_NOTE = "It works in the background; you will be told when it finishes."
 USER_STOPPED = "The user stopped this subagent before it finished."
-"""The Task error of a subagent the user stopped (cancel_subagent_action): its run state is ABORTED."""
+"""The Task error of a subagent the user stopped (cancel_subagent_action)."""
+USER_STOPPED_MARK = "user_stopped"
+"""The stored tool message's key saying so (its run state is ABORTED); rows stored before it
+carry only the USER_STOPPED text."""
 
 
 def subagent_type(name: str) -> apb.SubagentType:
@@ -119,6 +124,12 @@ def success_outcome(card: apb.TaskArgs, *, agent_id: str, final_message: str, ba
     elif not parts:
         parts.append("The subagent finished without a final message.")
     return ToolOutcome(apb.TaskResult(success=success), "\n\n".join(parts), args=args)
+
+
+def stopped_outcome(card: apb.TaskArgs, *, agent_id: str = "") -> ToolOutcome:
+    """The Task result of a subagent the user stopped."""
+    outcome = error_outcome(card, USER_STOPPED, agent_id=agent_id)
+    return dataclasses.replace(outcome, marks={USER_STOPPED_MARK: True})
 
 
 def error_outcome(card: apb.TaskArgs, message: str, *, agent_id: str = "") -> ToolOutcome:
