@@ -103,10 +103,6 @@ def identity(description: str, agent_id: str) -> str:
 def success_outcome(card: apb.TaskArgs, *, agent_id: str, final_message: str, background: bool,
                     background_reason: int = 0, duration_ms: int | None = None,
                     transcript_path: str = "") -> ToolOutcome:
-    args = apb.TaskArgs()
-    args.CopyFrom(card)
-    if agent_id:
-        args.agent_id = agent_id
     success = apb.TaskSuccess(is_background=background, background_reason=background_reason)
     if agent_id:
         success.agent_id = agent_id
@@ -123,7 +119,7 @@ def success_outcome(card: apb.TaskArgs, *, agent_id: str, final_message: str, ba
         parts.append(BACKGROUND_NOTE)
     elif not parts:
         parts.append("The subagent finished without a final message.")
-    return ToolOutcome(apb.TaskResult(success=success), "\n\n".join(parts), args=args)
+    return ToolOutcome(apb.TaskResult(success=success), "\n\n".join(parts), args=_card_args(card, agent_id))
 
 
 def stopped_outcome(card: apb.TaskArgs, *, agent_id: str = "") -> ToolOutcome:
@@ -133,12 +129,18 @@ def stopped_outcome(card: apb.TaskArgs, *, agent_id: str = "") -> ToolOutcome:
 
 
 def error_outcome(card: apb.TaskArgs, message: str, *, agent_id: str = "") -> ToolOutcome:
+    head = identity(card.description, agent_id) + "\n\n" if agent_id and card.resume != agent_id else ""
+    return ToolOutcome(_error(message), head + message, True, args=_card_args(card, agent_id))
+
+
+def _card_args(card: apb.TaskArgs, agent_id: str) -> apb.TaskArgs:
+    """The Task call's args for its completed card: as the model sent them, with the subagent's id
+    once it has one."""
     args = apb.TaskArgs()
     args.CopyFrom(card)
     if agent_id:
         args.agent_id = agent_id
-    head = identity(card.description, agent_id) + "\n\n" if agent_id and card.resume != agent_id else ""
-    return ToolOutcome(_error(message), head + message, True, args=args)
+    return args
 
 
 def result_outcome(result: apb.SubagentResult, card: apb.TaskArgs, *, background: bool,
