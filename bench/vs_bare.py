@@ -47,7 +47,7 @@ from tests.e2e.conftest import start_proxy  # noqa: E402
 from tests.e2e.harness import MITMDUMP, free_port  # noqa: E402
 from tests.support.fake_cursor import FakeCursor  # noqa: E402
 from tests.support.fake_h2_cursor import H2AgentHost  # noqa: E402
-from tests.support.scripted_provider import CHAT, Ev, ScriptedProvider, Sse  # noqa: E402
+from tests.support.scripted_provider import CHAT, ScriptedProvider, Sse  # noqa: E402
 
 from bench.proxy_overhead import StampEv, latencies  # noqa: E402
 

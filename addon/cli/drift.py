@@ -10,7 +10,6 @@ the frames recorded so far (with `byok_record=false`, nothing is recorded, so no
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from .common import console, db_arg, default_db, fail, iso_ms, open_db
 from .output import Column, emit_json, line, table

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
-from rich.text import Text
 
 from byok.agent.pricing import usd
 

@@ -25,7 +25,7 @@ import pytest
 
 from byok.agent import connect
 from byok.cli.client import user_turn_request
-from byok.h2conn import H2Connection, H2Error
+from byok.h2conn import H2Connection
 from byok.proto import agent_pb2 as apb
 from tests.e2e.conftest import run
 from tests.e2e.harness import MITMDUMP, ROOT

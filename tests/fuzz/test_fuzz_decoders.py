@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from byok.agent import connect
 from byok.agent.config import ConfigFileError, parse_providers
-from byok.agent.cursor.bidi import decode_bidi_append, decode_run_sse, encode_bidi_append
+from byok.agent.cursor.bidi import decode_bidi_append, decode_run_sse
 from byok.agent.errors import InternalError, ProviderError, RunError
 from byok.proto import agent_pb2 as apb, aiserver_pb2 as spb
 

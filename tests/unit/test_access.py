@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from mitmproxy import hooks, http
+from mitmproxy import hooks
 from mitmproxy.addons.proxyauth import ProxyAuth, mkauth
 from mitmproxy.proxy import mode_specs
 from mitmproxy.test import taddons, tflow

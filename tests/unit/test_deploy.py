@@ -3,7 +3,6 @@ on the CI machine): every path they name exists, every option they set is real, 
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import stat
@@ -11,7 +10,6 @@ import subprocess
 import tomllib
 from pathlib import Path
 
-import pytest
 from ruamel.yaml import YAML
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -2,7 +2,6 @@
 
 import asyncio
 
-from byok.agent.errors import ProtocolError
 from byok.agent.run import RunSettings
 from byok.agent.runtime import Route, RouteTimeout, Runtime
 from byok.cli.client import user_turn_request

@@ -1,6 +1,5 @@
 """byok_http2 and byok_agent_url acting on a realistic GetServerConfig: only the chosen fields change."""
 
-import gzip
 import json
 
 import pytest
@@ -13,7 +12,7 @@ from byok.contentview import CursorAgentView
 from byok.options import Options
 from byok.proto import aiserver_pb2 as spb
 from byok.protowire import encode_len, iter_fields, replace_field
-from tests.support.server_config import AGENTN_URL, UNKNOWN_MIDDLE, UNKNOWN_TAIL, server_config
+from tests.support.server_config import AGENTN_URL, server_config
 
 PATH = "/aiserver.v1.ServerConfigService/GetServerConfig"
 LISTENER = "https://127.0.0.1:8443"

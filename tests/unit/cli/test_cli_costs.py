@@ -12,7 +12,6 @@ import pytest
 from byok.agent.config import ConfigFileError, parse_providers
 from byok.agent.pricing import Prices, cost, usd
 from byok.cli import main
-from byok.cli.common import open_db
 from byok.store import Store
 
 PRICED = """\

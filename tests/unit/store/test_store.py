@@ -378,7 +378,6 @@ def test_a_run_records_its_replica(store):
 
 def test_a_displacing_claim_notifies_the_fence_channel_when_it_commits(pg_url):
     import asyncio
-    import json
 
     from byok.store.fence import FenceListener
 
