@@ -1,6 +1,6 @@
 # The cursor-byok team server: mitmdump + the addon + psycopg, run as an unprivileged user.
 # Build: docker build -t cursor-byok .   Run: see compose.yaml and docs/team.md ("Deployment").
-FROM python:3.11-slim
+FROM python:3.13-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 WORKDIR /app

@@ -13,7 +13,7 @@ mitmweb, mitmproxy and mitmdump pick it automatically (their "auto" view) for:
 Other `application/connect+*` bodies get the envelope listing without message types.
 
 The renderers are pure functions (bytes -> lines of `(style, text)`), testable without mitmproxy;
-the `View` subclass and the registrar addon at the bottom are the only mitmproxy-facing parts.
+the `Contentview` class and the registrar addon at the bottom are the only mitmproxy-facing parts.
 Bytes fields up to `INLINE_BYTES` are shown (text, or hex for ids and binary); bigger ones as
 `<N bytes sha256=...>` so a blob can be matched with its id. Fields the schema does not know (newer
 clients) appear as `"#<field number>"` keys and are counted in the frame's header line.
@@ -487,11 +487,26 @@ def _target(flow: Any, http_message: Any, content_type: str | None) -> str | Non
     return None
 
 
-class CursorAgentView(contentviews.View):
-    name = VIEW_NAME
+class CursorAgentView(contentviews.Contentview):
+    """mitmproxy 12's content view protocol: `prettify` gives text, the title as its first line."""
 
-    def __call__(self, data: bytes, *, content_type: str | None = None, flow: Any = None,
-                 http_message: Any = None, **unknown_metadata: Any):
+    name = VIEW_NAME
+    syntax_highlight = "none"
+
+    def prettify(self, data: bytes, metadata: contentviews.Metadata) -> str:
+        title, lines = self.render(data, content_type=metadata.content_type, flow=metadata.flow,
+                                   http_message=metadata.http_message)
+        return "\n".join([title, *("".join(text for _, text in line) for line in lines)])
+
+    def render_priority(self, data: bytes, metadata: contentviews.Metadata) -> float:
+        target = _target(metadata.flow, metadata.http_message, metadata.content_type)
+        if target is None:
+            return -1.0
+        return GENERIC_PRIORITY if target == "connect" else PRIORITY
+
+    def render(self, data: bytes, *, content_type: str | None = None, flow: Any = None,
+               http_message: Any = None) -> tuple[str, Iterator[Line]]:
+        """(title, styled lines): the pure part, for tests and `prettify`."""
         target = _target(flow, http_message, content_type)
         if target == "bidi_append":
             return "Cursor Agent: BidiAppend", iter(render_bidi_append(data, content_type))
@@ -519,26 +534,13 @@ class CursorAgentView(contentviews.View):
         lines = iter_envelopes(data, apb.AgentServerMessage.FromString, _SERVER_ID_LABEL)
         return describe_stream(data, "Cursor Agent: RunSSE response"), lines
 
-    def render_priority(self, data: bytes, *, content_type: str | None = None, flow: Any = None,
-                        http_message: Any = None, **unknown_metadata: Any) -> float:
-        target = _target(flow, http_message, content_type)
-        if target is None:
-            return 0.0
-        return GENERIC_PRIORITY if target == "connect" else PRIORITY
-
 
 class ContentViewRegistrar:
-    """Adds the view while the addon is loaded (a reloaded script replaces it)."""
+    """Adds the view while the addon is loaded. mitmproxy 12's registry replaces a view of the same name
+    (a reloaded script) and has no removal, so `done` leaves it: the view holds no addon state."""
 
     def __init__(self) -> None:
         self.view = CursorAgentView()
 
     def load(self, loader) -> None:
-        existing = contentviews.get(VIEW_NAME)
-        if existing is not None:
-            contentviews.remove(existing)
         contentviews.add(self.view)
-
-    def done(self) -> None:
-        if self.view in contentviews.views:
-            contentviews.remove(self.view)

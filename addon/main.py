@@ -6,6 +6,7 @@ from .access import ClientAccess
 from .agent.config import ProvidersFile
 from .backend import Backend
 from .contentview import ContentViewRegistrar
+from .duplex import VersionGate
 from .models import ModelListInjector
 from .options import Options
 from .providers_file import ProvidersFileAddon
@@ -32,6 +33,7 @@ def make_addons() -> list:
     access = ClientAccess()
     backend = Backend(providers, recorder, access)
     return [
+        VersionGate(),
         Options(),
         access,
         ContentViewRegistrar(),

@@ -50,7 +50,7 @@ class ProvidersFileAddon:
         interval_ms = ctx.options.byok_config_poll_ms
         if interval_ms > 0:
             # keep the reference: a bare task may be garbage-collected mid-flight
-            self._task = create_task(self.providers.watch(interval_ms / 1000),
+            self._task = create_task(self.providers.watch(interval_ms / 1000), keep_ref=True,
                                      name="byok providers file watcher")
 
     async def _stop(self) -> None:

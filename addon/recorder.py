@@ -276,7 +276,7 @@ class StreamTee:
 
     def __call__(self, chunk: bytes) -> bytes | list[bytes]:
         if not chunk:
-            # mitmproxy 11.0.2 writes an empty chunk to an HTTP/1.1 peer as `0\r\n\r\n`, the body's
+            # mitmproxy (11.0.2 and 12.3) writes an empty chunk to an HTTP/1.1 peer as `0\r\n\r\n`, the body's
             # end: an empty HTTP/2 DATA frame would end the stream early. Nothing to forward.
             return []
         self.streamed = True

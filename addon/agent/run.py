@@ -76,6 +76,7 @@ class Run:
     _kv: dict[int, PendingKv] = field(default_factory=dict)
     _task: asyncio.Task | None = None
     _ticker: asyncio.Task | None = None
+    _ending: asyncio.Future | None = None
     _fail_with: RunError | None = None
     _last_emit: float = field(default_factory=time.monotonic)
     _stream_attached: asyncio.Event = field(default_factory=asyncio.Event)
@@ -125,6 +126,13 @@ class Run:
             error = InternalError(f"internal error: {type(e).__name__}: {e}")
         finally:
             watchdog.cancel()
+        # The terminal door runs in a task of its own: a cancel still pending on this task (a TaskGroup
+        # in the turn cancels its parent again when a child fails) must not cut the store write or the
+        # end-stream short. This task may still see that cancel; the end goes on regardless.
+        self._ending = asyncio.ensure_future(self._end(error))
+        await asyncio.shield(self._ending)
+
+    async def _end(self, error: RunError | None) -> None:
         if not self.terminal and not isinstance(error, ShuttingDown):
             await self._until_stream_attached()  # an early failure still reaches the client's stream
         await self.finish(error)
@@ -139,7 +147,7 @@ class Run:
             return
         try:
             await asyncio.wait_for(self._stream_attached.wait(), remaining)
-        except (asyncio.TimeoutError, asyncio.CancelledError):
+        except asyncio.TimeoutError:
             pass  # finish() follows either way
 
     async def client_listening(self) -> None:
@@ -175,7 +183,9 @@ class Run:
 
     async def wait(self) -> None:
         if self._task is not None:
-            await asyncio.shield(self._task)
+            await asyncio.wait([self._task])  # done or cancelled; a cancel of the caller still propagates
+        if self._ending is not None:
+            await asyncio.shield(self._ending)
 
     async def finish(self, error: RunError | None) -> None:
         if self.terminal:

@@ -50,6 +50,10 @@ def providers_toml(models: list[dict]) -> str:
     return "\n".join(out)
 
 
+WEB_TOKEN = "byok-test-web-token"
+"""mitmweb 12 wants a token on every API call (`Authorization: Bearer`); the tests set their own."""
+
+
 @dataclass
 class Proxy:
     home: Path
@@ -111,7 +115,8 @@ class Proxy:
         args += ["--listen-port", "0", "--set", f"confdir={self.confdir}", *self.extra_args]
         if self.binary == "mitmweb":
             self.web_port = self.web_port or free_port()
-            opts = {"web_open_browser": "false", "web_host": "127.0.0.1", "web_port": self.web_port, **opts}
+            opts = {"web_open_browser": "false", "web_host": "127.0.0.1", "web_port": self.web_port,
+                    "web_password": WEB_TOKEN, **opts}
         for key, value in opts.items():
             args += ["--set", f"{key}={value}"]
         log = open(self.log_path, "ab")

@@ -59,11 +59,11 @@ def test_observe_mode_records_a_run_without_answering_it(tmp_path, provider):
     flow = flows[-1]
     assert flow.request.raw_content == bytes(seen.request) and flow.response.raw_content == bytes(seen.response)
     view = contentview.CursorAgentView()
-    title, lines = view(flow.request.raw_content, content_type="application/connect+proto", flow=flow,
+    title, lines = view.render(flow.request.raw_content, content_type="application/connect+proto", flow=flow,
                         http_message=flow.request)
     assert title == "Cursor Agent: Run request: 2 frame(s), no end-stream yet"
     text = ["".join(t for _, t in line) for line in lines]
     assert "run_request" in text[0] and "model=" in text[0] and "kv_client_message" in text[2]
-    title, _ = view(flow.response.raw_content, content_type="application/connect+proto", flow=flow,
+    title, _ = view.render(flow.response.raw_content, content_type="application/connect+proto", flow=flow,
                     http_message=flow.response)
     assert title == "Cursor Agent: Run response: 4 frame(s), ended"

@@ -18,6 +18,7 @@ from byok.agent import connect
 from byok.cli.client import user_turn_request
 from byok.proto import agent_pb2 as apb
 from tests.e2e.conftest import run, start_proxy
+from tests.e2e.harness import WEB_TOKEN
 from tests.support.scripted_provider import CHAT, Ev, Sse
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
@@ -42,17 +43,19 @@ def slow(script: Sse, delay_s: float) -> Sse:
 
 
 class Web:
-    """mitmweb's REST API (GET needs no token in 11.0.2)."""
+    """mitmweb's REST API (mitmweb 12: a bearer token on every call)."""
 
     def __init__(self, base: str) -> None:
-        self.http = httpx.AsyncClient(base_url=base, trust_env=False, timeout=10)
+        self.http = httpx.AsyncClient(base_url=base, trust_env=False, timeout=10,
+                                      headers={"authorization": f"Bearer {WEB_TOKEN}"})
 
     async def flows(self) -> list[dict]:
         return (await self.http.get("/flows")).json()
 
     async def view(self, flow_id: str, part: str, view: str = VIEW) -> tuple[str, list[str]]:
         body = (await self.http.get(f"/flows/{flow_id}/{part}/content/{view}.json")).json()
-        return body["description"], ["".join(text for _, text in line) for line in body["lines"]]
+        title, *lines = body["text"].split("\n")  # the view's title is its first line
+        return title, lines
 
     async def find(self, path: str, needle: str, timeout: float = 10) -> dict:
         """The flow on `path` whose decoded request mentions `needle` (a request id)."""

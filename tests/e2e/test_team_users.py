@@ -48,13 +48,12 @@ def provider():
 
 @pytest.fixture(scope="module")
 def team(tmp_path_factory, pg_server, provider, upstream):
-    from passlib.apache import HtpasswdFile
+    import bcrypt  # what mitmproxy's own htpasswd reader checks (as `htpasswd -B` writes)
 
     home = tmp_path_factory.mktemp("team")
-    htpasswd = HtpasswdFile(str(home / "htpasswd"), new=True)
-    for user, password in PASSWORDS.items():
-        htpasswd.set_password(user, password)
-    htpasswd.save()
+    (home / "htpasswd").write_text("".join(
+        f"{user}:{bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()}\n"
+        for user, password in PASSWORDS.items()))
     (home / "team.toml").write_text(TEAM)
     upstream.model_list_payloads["/aiserver.v1.AiService/AvailableModels"] = ("application/proto", official_models())
     db = pg_server.create_database()

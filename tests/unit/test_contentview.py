@@ -9,7 +9,7 @@ import json
 
 import pytest
 from mitmproxy import contentviews
-from mitmproxy.test import tflow, tutils
+from mitmproxy.test import taddons, tflow, tutils
 
 from byok import contentview as cv
 from byok.agent import connect
@@ -272,8 +272,20 @@ def registered():
     registrar = cv.ContentViewRegistrar()
     registrar.load(None)
     yield registrar.view
-    registrar.done()
-    assert contentviews.get(cv.VIEW_NAME) is None
+
+
+def priority(view: cv.CursorAgentView, data: bytes, *, content_type=None, flow=None, http_message=None) -> float:
+    return view.render_priority(data, contentviews.Metadata(flow=flow, content_type=content_type,
+                                                            http_message=http_message))
+
+
+def auto(message, flow) -> tuple[str, list[str]]:
+    """What mitmproxy's "auto" view shows: (the chosen view's title line, the rest)."""
+    with taddons.context():  # prettify_message reads ctx.options
+        result = contentviews.prettify_message(message, flow)
+    assert result.view_name == cv.VIEW_NAME, result
+    title, *lines = result.text.split("\n")
+    return title, lines
 
 
 def test_auto_picks_the_view_for_run_sse_and_bidi_append(registered):
@@ -281,46 +293,43 @@ def test_auto_picks_the_view_for_run_sse_and_bidi_append(registered):
     flow = flow_for("/agent.v1.AgentService/RunSSE",
                     request_body=connect.encode_envelope(spb.BidiRequestId(request_id="q").SerializeToString()),
                     request_type="application/connect+proto", response_body=stream)
-    description, lines, error = contentviews.get_message_content_view("auto", flow.response, flow)
-    assert error is None and description == "Cursor Agent: RunSSE response: 2 frame(s), ended"
-    assert "interaction_update.text_delta" in text(list(lines)[0])
-    description, lines, _ = contentviews.get_message_content_view("auto", flow.request, flow)
+    description, lines = auto(flow.response, flow)
+    assert description == "Cursor Agent: RunSSE response: 2 frame(s), ended"
+    assert "interaction_update.text_delta" in lines[0]
+    description, lines = auto(flow.request, flow)
     assert description.startswith("Cursor Agent: RunSSE request")
     append = flow_for("/aiserver.v1.BidiService/BidiAppend", request_body=encode_bidi_append(
         "q", 0, apb.AgentClientMessage(client_heartbeat=apb.ClientHeartbeat())), response_body=b"",
         response_type="application/proto")
-    description, lines, _ = contentviews.get_message_content_view("auto", append.request, append)
-    assert description == "Cursor Agent: BidiAppend" and texts(list(lines))[1] == "client_heartbeat"
+    description, lines = auto(append.request, append)
+    assert description == "Cursor Agent: BidiAppend" and lines[1] == "client_heartbeat"
 
 
 def test_priority_only_for_the_agent_rpcs(registered):
     view = registered
     run = flow_for("/agent.v1.AgentService/RunSSE", response_body=b"x")
-    assert view.render_priority(b"x", content_type="application/connect+proto", flow=run,
+    assert priority(view, b"x", content_type="application/connect+proto", flow=run,
                                 http_message=run.response) == cv.PRIORITY
     # an empty stream that just started is still ours (mitmweb shows "no bytes yet")
-    assert view.render_priority(b"", flow=run, http_message=run.response) == cv.PRIORITY
+    assert priority(view, b"", flow=run, http_message=run.response) == cv.PRIORITY
     append = flow_for("/aiserver.v1.BidiService/BidiAppend", response_body=b"")
-    assert view.render_priority(b"", flow=append, http_message=append.response,
-                                content_type="application/proto") == 0
+    assert priority(view, b"", flow=append, http_message=append.response,
+                                content_type="application/proto") < 0
     other = flow_for("/aiserver.v1.AiService/AvailableModels", response_body=b"x")
-    assert view.render_priority(b"x", content_type="application/proto", flow=other, http_message=other.response) == 0
-    assert view.render_priority(b"x", content_type="application/connect+proto", flow=other,
+    assert priority(view, b"x", content_type="application/proto", flow=other, http_message=other.response) < 0
+    assert priority(view, b"x", content_type="application/connect+proto", flow=other,
                                 http_message=other.response) == cv.GENERIC_PRIORITY
-    assert view.render_priority(b"x", content_type="text/html") == 0
-    description, _ = view(b"", flow=run, http_message=run.response)
+    assert priority(view, b"x", content_type="text/html") < 0
+    description, _ = view.render(b"", flow=run, http_message=run.response)
     assert description == "Cursor Agent: RunSSE response: no bytes yet"
 
 
 def test_registrar_replaces_a_stale_view_of_the_same_name():
     first, second = cv.ContentViewRegistrar(), cv.ContentViewRegistrar()
     first.load(None)
-    second.load(None)  # a reloaded script: the old instance did not get `done`
-    assert contentviews.get(cv.VIEW_NAME) is second.view
-    first.done()
-    assert contentviews.get(cv.VIEW_NAME) is second.view
-    second.done()
-    assert contentviews.get(cv.VIEW_NAME) is None
+    assert contentviews.registry[cv.VIEW_NAME] is first.view
+    second.load(None)  # a reloaded script
+    assert contentviews.registry[cv.VIEW_NAME] is second.view
 
 
 def test_malformed_end_stream_error_shapes_do_not_break_the_view():
@@ -348,12 +357,12 @@ def test_http2_run_streams_are_decoded_both_ways(registered):
     flow = flow_for("/agent.v1.AgentService/Run", request_body=up, response_body=down,
                     request_type="application/connect+proto")
     view = registered
-    assert view.render_priority(up, content_type="application/connect+proto", flow=flow,
+    assert priority(view, up, content_type="application/connect+proto", flow=flow,
                                 http_message=flow.request) == cv.PRIORITY
-    title, lines = view(up, content_type="application/connect+proto", flow=flow, http_message=flow.request)
+    title, lines = view.render(up, content_type="application/connect+proto", flow=flow, http_message=flow.request)
     text = ["".join(t for _, t in line) for line in lines]
     assert title == "Cursor Agent: Run request: 2 frame(s), no end-stream yet"
     assert "run_request  conversation=c1 model=m1" in text[0] and "kv_client_message.set_blob_result  kv=3" in text[2]
-    title, lines = view(down, content_type="application/connect+proto", flow=flow, http_message=flow.response)
+    title, lines = view.render(down, content_type="application/connect+proto", flow=flow, http_message=flow.response)
     assert title == "Cursor Agent: Run response: 2 frame(s), ended"
-    assert view(b"", flow=flow, http_message=flow.request)[0] == "Cursor Agent: Run request: no bytes yet"
+    assert view.render(b"", flow=flow, http_message=flow.request)[0] == "Cursor Agent: Run request: no bytes yet"

@@ -30,7 +30,7 @@ def instructions() -> list[tuple[str, str]]:
 
 def test_dockerfile_copies_only_what_exists_and_installs_the_team_extra():
     steps = instructions()
-    assert steps[0][0] == "FROM" and "python:3.11" in steps[0][1]
+    assert steps[0][0] == "FROM" and "python:3.13" in steps[0][1]
     copies = [shlex.split(rest) for word, rest in steps if word == "COPY"]
     for *sources, _target in copies:
         for source in sources:

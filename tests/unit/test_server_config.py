@@ -6,6 +6,7 @@ import pytest
 from mitmproxy import exceptions, http
 from mitmproxy.test import taddons, tflow
 
+from mitmproxy.contentviews import Metadata
 from byok import server_config as sc
 from byok.agent.connect import decode_all, encode_end_stream, encode_envelope
 from byok.contentview import CursorAgentView
@@ -116,11 +117,11 @@ def test_hook_applies_the_options_and_observe_mode_changes_nothing():
 
 def test_content_view_decodes_server_config_with_unknown_fields():
     f = flow(server_config())
-    title, lines = CursorAgentView()(f.response.content, content_type="application/proto", flow=f,
+    title, lines = CursorAgentView().render(f.response.content, content_type="application/proto", flow=f,
                                      http_message=f.response)
     text = "\n".join("".join(t for _, t in line) for line in lines)
     assert "GetServerConfig response" in title
     assert "HTTP2_CONFIG_FORCE_ALL_ENABLED" in text and AGENTN_URL in text
     assert "unknown fields: #90, #91, #36" in text
-    assert CursorAgentView().render_priority(b"", content_type="application/proto", flow=f,
-                                             http_message=f.response) > 2
+    assert CursorAgentView().render_priority(b"", Metadata(content_type="application/proto", flow=f,
+                                                           http_message=f.response)) > 2
