@@ -2,7 +2,7 @@
 
     python bench/vs_bare.py                    # every measurement
     python bench/vs_bare.py --only ttft,pace   # some of them: startup, ttft, pace, burst, memory,
-                                               # conversation (not in the default set: ~1 min)
+                                               # conversation (not in the default set: a few minutes)
     python bench/vs_bare.py --no-h2            # RunSSE only (else RunSSE and HTTP/2 Run, each)
 
 Both proxies relay the same Cursor-like client (new TLS connections for every turn: a new client
@@ -18,8 +18,8 @@ Measured:
 - pace:     per-event latency at 200 events/s (send stamp -> client), p50 / p99
 - burst:    1,000 events as fast as the source can: events/s at the client, p50 latency
 - memory:   RSS after 20 and after 100 turns (addon: one conversation of 100 turns)
-- conversation: one conversation of 300 turns: first text and proxy CPU per turn at turns 10, 100
-            and 300 (the cost of a turn as the history grows)
+- conversation: one conversation of 600 turns: the curve of first text, proxy CPU per turn and RSS
+            as the history grows (p50 of 20 turns at every 50th), and the goals' ratios
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from byok.wire import connect  # noqa: E402
 from byok.agent.cursor import updates  # noqa: E402
 from byok.cli.client import CursorClient, user_turn_request  # noqa: E402
 from tests.e2e.conftest import start_proxy  # noqa: E402
-from tests.e2e.harness import MITMDUMP, free_port  # noqa: E402
+from tests.e2e.harness import MITMDUMP, Proxy, free_port, model_entry, providers_toml, public_id  # noqa: E402
 from tests.support.fake_cursor import FakeCursor  # noqa: E402
 from tests.support.fake_h2_cursor import H2AgentHost  # noqa: E402
 from tests.support.scripted_provider import CHAT, ScriptedProvider, Sse  # noqa: E402
@@ -253,11 +253,20 @@ class Sources:
         self._process.join(10)
 
 
+def start_addon(home: Path, provider_url: str) -> tuple[Proxy, str]:
+    """mitmdump with the addon and one scripted Chat Completions model. The model states no context
+    window, so a long conversation is never compacted ahead of time (its curve stays one history)."""
+    entry = model_entry(provider_url, kind="openai_chat", model_id="bench-model", name="scripted",
+                        context_tokens=None)
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "providers.toml").write_text(providers_toml([entry]))
+    return Proxy(home).start(), public_id(entry)
+
+
 class Paths:
     def __init__(self, work: Path) -> None:
         self.sources = Sources()
-        self.addon, ids = start_proxy(work / "addon", self.sources)  # reads .base_url
-        self.model = ids["openai_chat"]
+        self.addon, self.model = start_addon(work / "addon", self.sources.base_url)
         self.bare = BareProxy(work / "bare", self.sources.upstream_port).start()
         self.bare_h2 = BareProxy(work / "bare-h2", self.sources.h2_upstream_port).start()
 
@@ -425,28 +434,58 @@ def measure_memory(paths: Paths, turns: int) -> list[str]:
     ]
 
 
+CURVE_WINDOW = 20
+"""Turns per point of the long conversation's curve (each point: the p50 of the last 20 turns)."""
+
+
+def curve_marks(turns: int) -> list[int]:
+    """The turns that end a window of the curve: 20, 60, then every 50th (and the last)."""
+    marks = {m for m in (20, 60) if m <= turns} | set(range(100, turns + 1, 50)) | {turns}
+    return sorted(m for m in marks if m >= CURVE_WINDOW)
+
+
 def measure_long_conversation(paths: Paths, turns: int) -> list[str]:
-    """One conversation of `turns` short turns: what a turn costs as the history grows (each turn
-    reads and projects the whole history). No bare counterpart: a bare relay does not keep one."""
+    """One conversation of `turns` short turns: what a turn costs as the history grows. A point of
+    the curve is the p50 of the 20 turns that end at its mark, and the RSS after them. The goals
+    compare turns 581-600 with turns 41-60 (CPU, first text) and the RSS at turns 200 and 600. No
+    bare counterpart: a bare relay keeps no conversation."""
     state = None
     conversation = str(uuid.uuid4())
-    marks = sorted({10, turns // 3, turns})
-    window: list[tuple[float, float]] = []
-    rows = []
     pid = paths.addon.process.pid
+    ttft: dict[int, float] = {}
+    cpu: dict[int, float] = {}
+    rss: dict[int, float] = {}
+    marks = curve_marks(turns)
+    started = time.monotonic()
     for turn in range(1, turns + 1):
         request = user_turn_request(f"turn {turn}: say something", model_id=paths.model,
                                     conversation_id=conversation, state=state)
         before = cpu_s(pid)
-        ttft, _, result = paths.addon_turn(20, 0, request)
-        window.append((ttft, (cpu_s(pid) - before) * 1000))
+        ttft[turn], _, result = paths.addon_turn(20, 0, request)
+        cpu[turn] = (cpu_s(pid) - before) * 1000
+        rss[turn] = rss_mib(pid)
         state = result.checkpoints()[-1]
-        if turn in marks:
-            rows.append(row(
-                f"one conversation, turn {turn}: first text_delta / proxy CPU per turn (p50 of the last "
-                f"{len(window)})", "", f"{statistics.median(t for t, _ in window):.1f} ms / "
-                f"{statistics.median(c for _, c in window):.0f} ms", "", f"RSS {rss_mib(pid):.0f} MiB"))
-            window = []
+        if turn % 50 == 0:
+            print(f"  conversation: turn {turn} of {turns} ({time.monotonic() - started:.0f} s)", file=sys.stderr)
+
+    def window(values: dict[int, float], last: int) -> float:
+        return statistics.median(values[t] for t in range(last - CURVE_WINDOW + 1, last + 1))
+
+    rows = [row(f"one conversation, turns {m - CURVE_WINDOW + 1}-{m}: first text_delta / proxy CPU per turn (p50)",
+                "", f"{window(ttft, m):.1f} ms / {window(cpu, m):.1f} ms", "", f"RSS {rss[m]:.1f} MiB")
+            for m in marks]
+    early, late = 60, turns
+    if turns >= 200 and late > early:
+        rows += [
+            row(f"one conversation: proxy CPU per turn, turns {late - 19}-{late} vs {early - 19}-{early}",
+                "", f"{window(cpu, late):.1f} / {window(cpu, early):.1f} ms", f"{window(cpu, late) / window(cpu, early):.2f}x",
+                "≤ 1.3x"),
+            row(f"one conversation: first text, turns {late - 19}-{late} vs {early - 19}-{early}", "",
+                f"{window(ttft, late):.1f} / {window(ttft, early):.1f} ms", f"{window(ttft, late) - window(ttft, early):+.1f} ms",
+                "≤ +10 ms"),
+            row(f"one conversation: RSS growth, turn 200 -> {late}", "", f"{rss[200]:.1f} -> {rss[late]:.1f} MiB",
+                f"{(rss[late] - rss[200]) / rss[200] * 100:+.1f} %", "≤ 5 %"),
+        ]
     return rows
 
 
@@ -456,7 +495,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=30, help="turns per TTFT measurement")
     parser.add_argument("--startups", type=int, default=5)
     parser.add_argument("--memory-turns", type=int, default=100)
-    parser.add_argument("--conversation-turns", type=int, default=300,
+    parser.add_argument("--conversation-turns", type=int, default=600,
                         help="turns of the one long conversation (--only conversation)")
     parser.add_argument("--no-h2", dest="h2", action="store_false", help="RunSSE only")
     args = parser.parse_args()
