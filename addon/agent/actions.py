@@ -1,13 +1,14 @@
-"""What each `ConversationAction` branch does (docs/protocol-coverage.md is the table for users).
+"""Which handler each `ConversationAction` branch gets (docs/protocol-coverage.md is the table for users).
 
-Two tables, one per moment an action can arrive:
-    RUN_ACTIONS      the action of the run_request that starts a local run
-    MID_RUN_ACTIONS  an action appended while the run is going (cancel is the run's own: run.py)
+Two moments an action can arrive:
+    at run start   the action of the run_request: RUN_ACTIONS here, then each capability's
+                   `run_actions` (turn_base.TurnHooks)
+    mid-run        an action appended while the run is going: the capabilities' `mid_run_actions`
+                   (cancel is the run's own: run.py)
 
-A branch in neither table is refused: at run start with an `unimplemented` Connect error end-stream
+A branch nobody handles is refused: at run start with an `unimplemented` Connect error end-stream
 whose message says in plain words what is not supported (REFUSED), mid-run with a logged refusal
-that leaves the run going (run.py). Capability modules add their branches here; an entry in
-RUN_ACTIONS wins over a stale REFUSED entry.
+that leaves the run going (run.py). A handled branch wins over a stale REFUSED entry.
 
 Actions that start a turn without a typed-in message (start plan, execute plan, the answers to an
 earlier AskQuestion) become one user turn like any other: a UserMessageAction is built for them
@@ -16,16 +17,17 @@ earlier AskQuestion) become one user turn like any other: a UserMessageAction is
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import functools
+from collections.abc import Awaitable, Callable, Iterable
 
 from byok.proto import agent_pb2 as apb
 from byok.proto import aiserver_pb2 as spb
 
-from . import compaction, queued
 from ..wire import connect
 from .cursor import context as request_context
 from ..wire.errors import ProtocolError, RunError, error_details
-from .turn_base import TurnState
+from .turn_base import TurnHooks, TurnState
+from .user_input import requested_mode
 
 RunAction = Callable[[TurnState], Awaitable[bool]]
 """Starts the turn; True = the turn is already complete (no model call follows)."""
@@ -46,32 +48,6 @@ class ActionRefused(RunError):
 
 
 # ---- the user turn of each action --------------------------------------------------------------
-
-
-def request_context_of(action: apb.ConversationAction) -> apb.RequestContext:
-    """The RequestContext an action carries (an empty one for actions without)."""
-    which = action.WhichOneof("action")
-    if which in ("user_message_action", "resume_action", "start_plan_action", "execute_plan_action"):
-        return getattr(action, which).request_context
-    if which == "subscription_notification_action":
-        return action.subscription_notification_action.request_context
-    return apb.RequestContext()
-
-
-def requested_mode(action: apb.ConversationAction) -> int | None:
-    """The mode the action itself asks for, or None (then `conversation_state.mode` decides).
-
-    A typed message names its mode. Start plan is Plan unless its message names another mode;
-    executing a plan runs in its `execution_mode`, else Agent (a plan is carried out in Agent mode:
-    the restored state mode would still be Plan, which cannot change files)."""
-    which = action.WhichOneof("action")
-    if which == "user_message_action":
-        return action.user_message_action.user_message.mode or None
-    if which == "start_plan_action":
-        return action.start_plan_action.user_message.mode or apb.AGENT_MODE_PLAN
-    if which == "execute_plan_action":
-        return action.execute_plan_action.execution_mode or apb.AGENT_MODE_AGENT
-    return None
 
 
 def user_turn_of(turn: TurnState) -> tuple[apb.UserMessageAction, list[str]]:
@@ -149,18 +125,13 @@ async def shell_command(turn: TurnState) -> bool:
 RUN_ACTIONS: dict[str, RunAction] = {
     "user_message_action": user_message,
     "resume_action": resume,
-    "summarize_action": compaction.summarize,  # /summarize: compact now, end the run
     "cancel_action": cancel,
     "start_plan_action": user_message,
     "execute_plan_action": user_message,
     "async_ask_question_completion_action": user_message,
     "shell_command_action": shell_command,
 }
-
-MID_RUN_ACTIONS: dict[str, MidRunAction] = {
-    "user_message_action": queued.accept,  # kept, then delivered at the next boundary or as the next turn
-    "inject_context_action": queued.accept,
-}
+"""The turn's own branches; the capabilities add theirs (`TurnHooks.run_actions`)."""
 
 REFUSED: dict[str, str] = {
     "background_shell_action": "cursor-byok cannot move a command to the background on request; "
@@ -179,7 +150,18 @@ def refusal(which: str) -> str:
     return REFUSED.get(which) or f"cursor-byok does not support the {which.removesuffix('_action')} action."
 
 
-def for_run(request: apb.AgentRunRequest) -> RunAction:
+def handled_at_start(capabilities: Iterable[type[TurnHooks]]) -> frozenset[str]:
+    """Every branch a run can start with, given the capabilities."""
+    return frozenset(RUN_ACTIONS).union(*(c.run_actions for c in capabilities))
+
+
+def handled_mid_run(capabilities: Iterable[type[TurnHooks]]) -> frozenset[str]:
+    """Every branch a running run takes (besides cancel_action, which is the run's own)."""
+    return frozenset().union(*(c.mid_run_actions for c in capabilities))
+
+
+def for_run(request: apb.AgentRunRequest, hooks: Iterable[TurnHooks]) -> RunAction:
+    """The handler of the run_request's action: the turn's own, else the capability that names it."""
     which = request.action.WhichOneof("action")
     if which is None:  # a branch newer than our schema (or none at all): name what was sent
         from . import drift
@@ -188,23 +170,26 @@ def for_run(request: apb.AgentRunRequest) -> RunAction:
         raise ProtocolError("unknown ConversationAction branch in run_request" + (f": {found}" if found else
                                                                                   " (the action is empty)"))
     handler = RUN_ACTIONS.get(which)
-    if handler is None:
-        raise ActionRefused(refusal(which))
-    return handler
+    if handler is not None:
+        return handler
+    for hook in hooks:
+        method = type(hook).run_actions.get(which)
+        if method is not None:
+            return functools.partial(method, hook)
+    raise ActionRefused(refusal(which))
 
 
 def install_mid_run(turn: TurnState) -> None:
-    """Route the run's mid-run actions to this turn's handlers."""
+    """Route the run's mid-run actions to the capability that takes each branch."""
+    table: dict[str, MidRunAction] = {}
+    for hook in reversed(turn.hooks):  # the first capability that names a branch takes it
+        table.update((name, functools.partial(method, hook)) for name, method in type(hook).mid_run_actions.items())
 
     def handle(action: apb.ConversationAction) -> bool:
-        handler = MID_RUN_ACTIONS.get(action.WhichOneof("action") or "")
+        handler = table.get(action.WhichOneof("action") or "")
         if handler is None:
             return False
         handler(turn, action)
         return True
 
     turn.run.mid_run_action = handle
-
-
-# The capability modules add their branches to these tables when imported: load them with the tables.
-from . import capabilities  # noqa: E402,F401

@@ -84,7 +84,7 @@ class Turn:
         self.execs = tool_round.new_exec_table(run)
         run.execs = self.execs
         self.hooks: list[TurnHooks] = [make(self) for make in capabilities.CAPABILITIES]
-        start = actions.for_run(request)  # an unknown branch ends the run before anything is stored
+        start = actions.for_run(request, self.hooks)  # an unknown branch ends the run before anything is stored
         actions.install_mid_run(self)
         for hook in self.hooks:
             await hook.before_action(self)
@@ -128,7 +128,7 @@ class Turn:
     def _mode(self) -> ModeAssets:
         request = self.request
         return self.svc.prompts.for_run(
-            user_mode=actions.requested_mode(request.action),
+            user_mode=user_input.requested_mode(request.action),
             state_mode=request.conversation_state.mode or None,
             subagent_type_name=request.subagent_type_name or None,
         )
@@ -138,7 +138,7 @@ class Turn:
         tools the client switched off (`RequestContext.web_search_enabled` / `web_fetch_enabled`
         set to false), UpdateCurrentStep when the request suppresses it."""
         left_out = set(web.unoffered())
-        context = actions.request_context_of(self.request.action)
+        context = user_input.request_context_of(self.request.action)
         if context.HasField("web_search_enabled") and not context.web_search_enabled:
             left_out.add("WebSearch")
         if context.HasField("web_fetch_enabled") and not context.web_fetch_enabled:
@@ -148,7 +148,7 @@ class Turn:
         return left_out
 
     def _mode_enum(self) -> int:
-        return (actions.requested_mode(self.request.action) or self.request.conversation_state.mode
+        return (user_input.requested_mode(self.request.action) or self.request.conversation_state.mode
                 or apb.AGENT_MODE_AGENT)
 
     async def _claim(self) -> None:

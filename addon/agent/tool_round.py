@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from byok.proto import agent_pb2 as apb
 from byok.store import NewMessage
 
-from . import history
+from . import history, user_input
 from .cards import CallState, prepare
 from .cursor import projection as proj
 from .cursor import updates
@@ -155,9 +155,7 @@ def _first_error(group: BaseExceptionGroup) -> BaseException:
 
 
 def tool_context(request: apb.AgentRunRequest, conversation_id: str, mode: str) -> RunToolContext:
-    from .actions import request_context_of
-
-    request_context = request_context_of(request.action)
+    request_context = user_input.request_context_of(request.action)
     env = request_context.env
     return RunToolContext(
         conversation_id=conversation_id,

@@ -4,18 +4,19 @@
     model_call         one provider call            -> CallResult
     tool_round         one round of tool calls
     cards              live tool cards while the model streams
-    actions            what each ConversationAction does
-    capabilities       modules the loop calls at named points (TurnHooks)
+    actions            which handler each ConversationAction gets
+    capabilities/      the capabilities, side by side; their __init__ is the one ordered list
 
-A capability (compaction, queued messages, subagents, ...) is a module with a `TurnHooks`
-implementation; the loop calls every registered hook at its point and knows nothing else about it.
+A capability (compaction, queued messages, subagents, ...) is a `TurnHooks` subclass: the loop
+calls each capability's hooks at its points, and actions.py routes the ConversationAction branches
+a capability names in `run_actions` / `mid_run_actions` to it. Nothing registers itself on import.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import httpx
 
@@ -86,7 +87,14 @@ class CallResult:
 
 class TurnHooks:
     """A capability's entry points. Each default does nothing; override what the capability needs.
-    The loop awaits the hooks of every capability in registration order."""
+    The loop awaits the hooks of every capability in the order of capabilities/__init__.py."""
+
+    run_actions: ClassVar[Mapping[str, Callable[[Any, "TurnState"], Awaitable[bool]]]] = {}
+    """ConversationAction branches this capability starts a run with: branch -> method(self, turn),
+    True when the turn is complete without a model call."""
+    mid_run_actions: ClassVar[Mapping[str, Callable[[Any, "TurnState", "apb.ConversationAction"], None]]] = {}
+    """Branches it handles while a run is going: branch -> method(self, turn, action); must not
+    block (start a task if needed)."""
 
     async def before_action(self, turn: "TurnState") -> None:
         """After the run claimed its conversation, before its base is loaded and its action starts

@@ -51,6 +51,32 @@ async def context_section(turn: TurnState, context: apb.RequestContext | None,
     return request_context.render_request_context(context, parts, offered_tools=tuple(turn.offered_tools)), parts
 
 
+def request_context_of(action: apb.ConversationAction) -> apb.RequestContext:
+    """The RequestContext an action carries (an empty one for actions without)."""
+    which = action.WhichOneof("action")
+    if which in ("user_message_action", "resume_action", "start_plan_action", "execute_plan_action"):
+        return getattr(action, which).request_context
+    if which == "subscription_notification_action":
+        return action.subscription_notification_action.request_context
+    return apb.RequestContext()
+
+
+def requested_mode(action: apb.ConversationAction) -> int | None:
+    """The mode the action itself asks for, or None (then `conversation_state.mode` decides).
+
+    A typed message names its mode. Start plan is Plan unless its message names another mode;
+    executing a plan runs in its `execution_mode`, else Agent (a plan is carried out in Agent mode:
+    the restored state mode would still be Plan, which cannot change files)."""
+    which = action.WhichOneof("action")
+    if which == "user_message_action":
+        return action.user_message_action.user_message.mode or None
+    if which == "start_plan_action":
+        return action.start_plan_action.user_message.mode or apb.AGENT_MODE_PLAN
+    if which == "execute_plan_action":
+        return action.execute_plan_action.execution_mode or apb.AGENT_MODE_AGENT
+    return None
+
+
 def digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 

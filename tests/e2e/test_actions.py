@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from byok.agent import actions
+from byok.agent import actions, capabilities
 from byok.wire import connect
 from byok.cli.client import user_turn_request
 from byok.cli.executor import LocalExecutor, ScriptedQueries
@@ -104,7 +104,7 @@ def test_every_action_at_run_start(env, provider, branch):
     conversation = f"conv-action-{branch}"
     state, blobs = first_turn(proxy, provider, model, conversation)
     calls = len(provider.requests)
-    if branch not in actions.RUN_ACTIONS:  # refused, in the words of docs/protocol-coverage.md
+    if branch not in capabilities.RUN_ACTIONS:  # refused, in the words of docs/protocol-coverage.md
         result, _ = run_with(proxy, action_request(model, conversation, state, **sample_action(branch)), blobs=blobs)
         error = result.end_error
         assert error is not None and error.code is connect.Code.UNIMPLEMENTED

@@ -19,7 +19,7 @@ from byok.wire import connect
 from byok.cli.client import RunResult, user_turn_request
 from byok.cli.executor import LocalExecutor
 from byok.cli.subagents import SubagentRunner
-from byok.agent.subagents import READ_ONLY_TOOLS
+from byok.agent.capabilities.subagents import READ_ONLY_TOOLS
 from byok.proto import agent_pb2 as apb
 from tests.e2e.conftest import run, start_proxy
 from tests.e2e.harness import Proxy, ProxyEnv

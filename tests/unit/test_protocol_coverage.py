@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from byok.agent import actions
+from byok.agent import actions, capabilities
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "protocol-coverage.md"
@@ -52,7 +52,7 @@ def test_every_branch_of_the_schema_has_one_row():
 def test_run_start_column_says_what_the_code_does():
     for name, row in rows().items():
         cell = row["At run start"]
-        if name in actions.RUN_ACTIONS:
+        if name in capabilities.RUN_ACTIONS:
             assert cell.startswith("handled: "), f"{name} is handled at run start; the doc says {cell!r}"
         else:
             assert cell == f"refused: {actions.refusal(name)}", f"{name}: the doc must quote the refusal"
@@ -61,7 +61,7 @@ def test_run_start_column_says_what_the_code_does():
 def test_mid_run_column_says_what_the_code_does():
     for name, row in rows().items():
         cell = row["While a run is going"]
-        handled = name in actions.MID_RUN_ACTIONS or name == "cancel_action"  # cancel: run.py
+        handled = name in capabilities.MID_RUN_ACTIONS or name == "cancel_action"  # cancel: run.py
         assert cell.startswith("handled" if handled else "refused"), f"{name}: {cell!r}"
 
 

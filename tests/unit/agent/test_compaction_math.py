@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from byok.agent import compaction, history
-from byok.agent.compaction import Threshold, plan, prompt_tokens, reported_prompt
+from byok.agent import history
+from byok.agent.capabilities import compaction
+from byok.agent.capabilities.compaction import Threshold, plan, prompt_tokens, reported_prompt
 from byok.providers.config import ModelRoute
 from byok.agent.cursor import projection as proj
 from byok.providers.transcript import AssistantItem, TextPart, ToolCall, ToolResultItem, ToolSpec, UserItem

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from byok.agent.run import Run
-from byok.agent.subagents import Registry
+from byok.agent.capabilities.subagents import Registry
 
 
 def test_the_registry_forgets_a_child_when_its_run_ends():
@@ -39,7 +39,7 @@ def _resolver(overrides=()):
     from types import SimpleNamespace
 
     from byok.providers.config import ModelRoute
-    from byok.agent.subagents import Subagents
+    from byok.agent.capabilities.subagents import Subagents
     from byok.proto import agent_pb2 as apb
 
     def route(public_id, model_id, display_name):
@@ -59,7 +59,7 @@ def test_subagent_model_resolution_order():
     """subagent_model_overrides, then Task.model, then the type's model, then the parent's."""
     import pytest
 
-    from byok.agent.subagents import Kind
+    from byok.agent.capabilities.subagents import Kind
     from byok.proto import agent_pb2 as apb
 
     typed = Kind("reviewer", model="Model B")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from byok.agent import subagents
+from byok.agent.capabilities import subagents
 from byok.agent.cursor import subagent_state
 from byok.agent.cursor.tools import task
 from byok.wire.errors import ProtocolError

@@ -33,17 +33,17 @@ from byok.prompt.assets import ROOT as PROMPT_ROOT
 from byok.proto import agent_pb2 as apb
 from byok.store import NewMessage, StoredMessage
 
-from . import history
-from ..providers.config import ModelRoute
-from .cursor import projection as proj
-from .cursor import updates
-from ..wire.errors import ConfigError, ProviderError, RunError
-from .model_call import USAGE_KEYS, add_usage, usage_dict
-from ..providers import adapter_for
-from ..providers.base import ModelCycle, ModelRequest
-from ..providers.io import CallMetrics, stream_http
-from ..providers.transcript import AssistantItem, ImagePart, TextPart, ToolResultItem, UserItem
-from .turn_base import TurnHooks, TurnState
+from .. import history
+from ...providers.config import ModelRoute
+from ..cursor import projection as proj
+from ..cursor import updates
+from ...wire.errors import ConfigError, ProviderError, RunError
+from ..model_call import USAGE_KEYS, add_usage, usage_dict
+from ...providers import adapter_for
+from ...providers.base import ModelCycle, ModelRequest
+from ...providers.io import CallMetrics, stream_http
+from ...providers.transcript import AssistantItem, ImagePart, TextPart, ToolResultItem, UserItem
+from ..turn_base import TurnHooks, TurnState
 
 log = logging.getLogger("byok.compaction")
 
@@ -289,6 +289,19 @@ class Compaction(TurnHooks):
         self.retried_overflow = False
         return False
 
+    async def summarize(self, turn: TurnState) -> bool:
+        """`summarize_action` (Cursor's /summarize): compact the whole provider view now, and end the
+        run like a turn without a model answer: turn_ended (the summary call's usage), then the
+        compacted checkpoint twice. No new turn, no text, no token_delta."""
+        await self.compact(tail_budget=0, keep_context=False)
+        turn.run.emit(updates.turn_ended(turn.usage_totals))
+        settled = await turn._project(turn.messages)
+        await turn._publish(settled, revision=turn.revision)
+        turn.run.emit(updates.checkpoint(settled.state))
+        return True
+
+    run_actions = {"summarize_action": summarize}
+
     async def compact(self, *, tail_budget: int, keep_context: bool = True) -> bool:
         """Summarize the older part of the provider view; False when there is nothing to summarize."""
         turn = self.turn
@@ -410,19 +423,3 @@ class SummaryCall:
 
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000, 3)
-
-
-# ---- /summarize -----------------------------------------------------------------------------------
-
-
-async def summarize(turn: TurnState) -> bool:
-    """`summarize_action` (Cursor's /summarize): compact the whole provider view now, and end the
-    run like a turn without a model answer: turn_ended (the summary call's usage), then the
-    compacted checkpoint twice. No new turn, no text, no token_delta."""
-    compaction = next(h for h in turn.hooks if isinstance(h, Compaction))
-    await compaction.compact(tail_budget=0, keep_context=False)
-    turn.run.emit(updates.turn_ended(turn.usage_totals))
-    settled = await turn._project(turn.messages)
-    await turn._publish(settled, revision=turn.revision)
-    turn.run.emit(updates.checkpoint(settled.state))
-    return True

@@ -35,11 +35,11 @@ from byok.prompt.assets import ROOT as PROMPT_ROOT
 from byok.proto import agent_pb2 as apb
 from byok.store import NewMessage
 
-from . import history, user_input
-from .cursor import updates
-from ..wire.errors import InternalError, RunError
-from ..providers.transcript import TextPart
-from .turn_base import TurnHooks, TurnState
+from .. import history, user_input
+from ..cursor import updates
+from ...wire.errors import InternalError, RunError
+from ...providers.transcript import TextPart
+from ..turn_base import TurnHooks, TurnState
 
 log = logging.getLogger("byok.queued")
 
@@ -136,6 +136,12 @@ class Queue(TurnHooks):
         task = asyncio.ensure_future(self._accept(Input(ident, action, turn.svc.clock.wall_ms())))
         self.accepting.add(task)
         task.add_done_callback(self._accepted)
+
+    def _arrived(self, turn: TurnState, action: apb.ConversationAction) -> None:
+        self.accept(action)
+
+    mid_run_actions = {"user_message_action": _arrived, "inject_context_action": _arrived}
+    """Kept, then delivered at the next boundary or as the next turn."""
 
     def _accepted(self, task: asyncio.Task) -> None:
         self.accepting.discard(task)
@@ -318,7 +324,3 @@ class Queue(TurnHooks):
         log.info("[%s] delivered %s %s", run.request_id, ", ".join(i.injection_id for i in batch),
                  "as the next turn" if next_turn else "at the model-call boundary")
 
-
-def accept(turn: TurnState, action: apb.ConversationAction) -> None:
-    """MID_RUN_ACTIONS entry for user_message_action and inject_context_action."""
-    next(h for h in turn.hooks if isinstance(h, Queue)).accept(action)

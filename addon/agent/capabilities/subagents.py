@@ -53,16 +53,16 @@ from dataclasses import dataclass, field
 from byok.proto import agent_pb2 as apb
 from byok.store import SubagentConflict, SubagentLaunch
 
-from . import actions, capabilities
-from .cursor import request_parts, subagent_state
-from .cursor.context import render_block
-from .cursor.tools import registry as tool_registry
-from .cursor.tools import task as task_codec
-from .cursor.tools.base import CallIO, ToolOutcome
-from .cursor.tools.common import Args
-from ..wire.errors import ProtocolError, RunCanceled
-from .run import Run
-from .turn_base import TurnHooks, TurnState
+from .. import user_input
+from ..cursor import request_parts, subagent_state
+from ..cursor.context import render_block
+from ..cursor.tools import registry as tool_registry
+from ..cursor.tools import task as task_codec
+from ..cursor.tools.base import CallIO, ToolOutcome
+from ..cursor.tools.common import Args
+from ...wire.errors import ProtocolError, RunCanceled
+from ..run import Run
+from ..turn_base import TurnHooks, TurnState
 
 log = logging.getLogger("byok.subagents")
 
@@ -374,6 +374,29 @@ class Subagents(TurnHooks):
     def to_background(self, call_id: str) -> bool:
         return self.turn.execs.stop(call_id, "subagent_args", Stopped("background"), abort=False) is not None
 
+    def _cancel_mid_run(self, turn: TurnState, action: apb.ConversationAction) -> None:
+        subagent_id = action.cancel_subagent_action.subagent_id
+        if not self.cancel(subagent_id):
+            log.warning("[%s] cancel_subagent_action: no running subagent %r here", turn.run.request_id, subagent_id)
+
+    def _background_mid_run(self, turn: TurnState, action: apb.ConversationAction) -> None:
+        call_id = action.background_subagent_action.tool_call_id
+        if not self.to_background(call_id):
+            log.warning("[%s] background_subagent_action: no waiting Task call %r", turn.run.request_id, call_id)
+
+    async def _cancel_at_start(self, turn: TurnState) -> bool:
+        """The parent is idle (a background subagent): stop that child if it runs here; no model call."""
+        subagent_id = turn.request.action.cancel_subagent_action.subagent_id
+        if not self.cancel(subagent_id):
+            log.info("[%s] cancel_subagent_action: subagent %r is not running here", turn.run.request_id, subagent_id)
+        return True
+
+    async def _completions(self, turn: TurnState) -> bool:
+        return await background_completion(turn)
+
+    run_actions = {"background_task_completion_action": _completions, "cancel_subagent_action": _cancel_at_start}
+    mid_run_actions = {"cancel_subagent_action": _cancel_mid_run, "background_subagent_action": _background_mid_run}
+
     def _pending_call(self, subagent_id: str) -> str | None:
         pending = {p.call_id for p in self.turn.execs.pending.values() if p.field == "subagent_args"}
         if subagent_id in pending:
@@ -390,7 +413,7 @@ async def _custom_subagents(turn: TurnState) -> Sequence[apb.CustomSubagent]:
         part = await request_parts.part(turn, action.request_context_parts, "subagents")
         if part is not None:
             return part.custom_subagents
-    return actions.request_context_of(action).custom_subagents
+    return user_input.request_context_of(action).custom_subagents
 
 
 def _prompt(card: apb.TaskArgs) -> str:
@@ -410,31 +433,7 @@ def _final_answer(messages: Sequence) -> str | None:
     return None
 
 
-def _service(turn: TurnState) -> Subagents:
-    return turn.tool_context.extra[task_codec.EXTRA_KEY]
-
-
-# ---- ConversationAction branches ------------------------------------------------------------------------
-
-
-def cancel_mid_run(turn: TurnState, action: apb.ConversationAction) -> None:
-    subagent_id = action.cancel_subagent_action.subagent_id
-    if not _service(turn).cancel(subagent_id):
-        log.warning("[%s] cancel_subagent_action: no running subagent %r here", turn.run.request_id, subagent_id)
-
-
-def background_mid_run(turn: TurnState, action: apb.ConversationAction) -> None:
-    call_id = action.background_subagent_action.tool_call_id
-    if not _service(turn).to_background(call_id):
-        log.warning("[%s] background_subagent_action: no waiting Task call %r", turn.run.request_id, call_id)
-
-
-async def cancel_at_start(turn: TurnState) -> bool:
-    """The parent is idle (a background subagent): stop that child if it runs here; no model call."""
-    subagent_id = turn.request.action.cancel_subagent_action.subagent_id
-    if not _service(turn).cancel(subagent_id):
-        log.info("[%s] cancel_subagent_action: subagent %r is not running here", turn.run.request_id, subagent_id)
-    return True
+# ---- background task completions (a run-start action) ----------------------------------------------------
 
 
 async def background_completion(turn: TurnState) -> bool:
@@ -524,7 +523,7 @@ def _metadata(c: apb.BackgroundTaskCompletion, completed_at_ms: int) -> dict:
 
 async def _append_completion(turn: TurnState, message: apb.UserMessage, block: str, key: str,
                              c: apb.BackgroundTaskCompletion) -> None:
-    from . import history, user_input
+    from .. import history
     from byok.store import NewMessage
 
     existing = await turn.svc.store.runtime_event(turn.conversation_id, key)
@@ -537,9 +536,3 @@ async def _append_completion(turn: TurnState, message: apb.UserMessage, block: s
         payload[subagent_state.COMPLETION_KEY] = _metadata(c, turn.svc.clock.wall_ms())
     await turn._append([NewMessage("user", "runtime", payload, key, turn.run.request_id)])
 
-
-capabilities.CAPABILITIES.append(Subagents)
-actions.RUN_ACTIONS["background_task_completion_action"] = background_completion
-actions.RUN_ACTIONS["cancel_subagent_action"] = cancel_at_start
-actions.MID_RUN_ACTIONS["cancel_subagent_action"] = cancel_mid_run
-actions.MID_RUN_ACTIONS["background_subagent_action"] = background_mid_run

@@ -18,10 +18,9 @@ import logging
 
 from byok.proto import agent_pb2 as apb
 
-from . import capabilities
-from .cursor import request_parts
-from .cursor.tools.mcp import EXTRA_KEY, META_TOOLS, McpTable, direct_names, direct_tool
-from .turn_base import TurnHooks, TurnState
+from ..cursor import request_parts
+from ..cursor.tools.mcp import EXTRA_KEY, META_TOOLS, McpTable, direct_names, direct_tool
+from ..turn_base import TurnHooks, TurnState
 
 log = logging.getLogger("byok.mcp")
 
@@ -80,5 +79,3 @@ def _descriptors(request: apb.AgentRunRequest, part: apb.RequestContextMcpsPart 
         out.extend(request.mcp_file_system_options.mcp_descriptors)
     return out
 
-
-capabilities.CAPABILITIES.append(McpCapability)

@@ -6,7 +6,7 @@ hook stops a long run between its provider calls once the budget is gone.
 
 from __future__ import annotations
 
-from .turn_base import TurnHooks, TurnState
+from ..turn_base import TurnHooks, TurnState
 
 
 class Budget(TurnHooks):
