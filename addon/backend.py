@@ -29,6 +29,7 @@ from .providers.io import StreamLimits, make_client
 from .agent.run import PARENT_TOOL_CALL_HEADER, Run, RunSettings
 from .access import ClientAccess, authenticated_user
 from .agent.team import Team, TeamFile
+from .agent.warm import WarmCache
 from .agent.runtime import Route, RouteTimeout, Runtime
 from . import duplex
 from .router import Rpc, classify
@@ -86,7 +87,7 @@ class Backend:
             store=self.store, lookup_model=self.providers.lookup, prompts=prompts, http=self.http,
             clock=clock, ids=ids, verbose_llm=settings.verbose_llm, team=self.team, replica=self.replica,
             provider_limits=StreamLimits(headers_s=settings.provider_headers_s, idle_s=settings.provider_idle_s),
-            user_models=lambda: list(self.providers.models),
+            user_models=lambda: list(self.providers.models), warm=WarmCache(settings.warm_cache_mib << 20),
         )
         self.runtime = Runtime(
             is_user_model=lambda model_id: self.providers.lookup(model_id) is not None,

@@ -50,6 +50,7 @@ class Settings:
     """The team file (docs/team.md); None: the single-user proxy."""
     replica: str = ""
     """This process's name among replicas sharing one PostgreSQL ('' = host:pid)."""
+    warm_cache_mib: int = 256
 
     def is_cursor_host(self, host: str) -> bool:
         return any(fnmatch.fnmatchcase(host.lower(), pattern) for pattern in self.hosts)
@@ -135,6 +136,12 @@ class Options:
             "WebFetch reads at most this many KB of a page Cursor fetched; the rest is cut and the model is told.",
         )
         loader.add_option(
+            "byok_warm_cache_mib", int, 256,
+            "MiB of conversation history kept in memory between turns, least recently used first out: a "
+            "conversation continued from where its last turn left it reads only its new messages from the "
+            "database. Counted as stored history (the process holds about twice that). 0: keep none.",
+        )
+        loader.add_option(
             "byok_deterministic", bool, False,
             "Fixed clock and counting ids, so scenario captures regenerate byte for byte (tests only).",
         )
@@ -147,6 +154,8 @@ class Options:
             raise exceptions.OptionsError("byok_gc_days must be 0 (off) or a number of days")
         if "byok_web_fetch_max_kb" in updated and ctx.options.byok_web_fetch_max_kb <= 0:
             raise exceptions.OptionsError("byok_web_fetch_max_kb must be a positive number of KB")
+        if "byok_warm_cache_mib" in updated and ctx.options.byok_warm_cache_mib < 0:
+            raise exceptions.OptionsError("byok_warm_cache_mib must be 0 (keep none) or a number of MiB")
         if "byok_hosts" in updated and not ctx.options.byok_hosts:
             raise exceptions.OptionsError("byok_hosts must name at least one host pattern")
 
@@ -177,4 +186,5 @@ def current() -> Settings:
         web_fetch_max_kb=o.byok_web_fetch_max_kb,
         team=Path(o.byok_team).expanduser() if o.byok_team else None,
         replica=o.byok_replica,
+        warm_cache_mib=o.byok_warm_cache_mib,
     )

@@ -21,6 +21,10 @@ TABLE). tests/unit/store runs every migration on both backends.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
+import time
 from collections.abc import Callable
 
 from sqlite_utils import Database
@@ -567,6 +571,65 @@ def m009_subagent_launches(db: Database) -> None:
         CREATE INDEX subagents_parent ON subagents(parent_conversation_id, parent_tool_call_id)
         """,
     )
+
+
+def _snapshots_out_of_messages(db) -> None:
+    """Each stored turn kept the state snapshot it started from inline in its message (base64 in the
+    JSON), so reading a history decoded every snapshot again: O(turns²) bytes. The snapshot moves to
+    the blob table (content-addressed, granted to the conversation's user) and the message keeps its
+    id in blob_refs [user message id, state id], as messages written from now on do."""
+    after = 0
+    while True:
+        rows = db.execute(
+            "SELECT m.id, m.payload, c.user_id FROM messages m JOIN conversations c ON c.id = m.conversation_id"
+            " WHERE m.id > ? AND m.payload LIKE ? ORDER BY m.id LIMIT 200", [after, '%"state_blob"%']).fetchall()
+        if not rows:
+            return
+        for message_id, text, user_id in rows:
+            after = message_id
+            payload = json.loads(text)
+            turn = payload.get("turn") or {}
+            encoded = turn.pop("state_blob", None)
+            if encoded is None:
+                continue
+            state = base64.b64decode(encoded)
+            state_id = hashlib.sha256(state).digest()
+            user_message_id = hashlib.sha256(base64.b64decode(turn["user_message_blob"])).digest()
+            db.execute("INSERT INTO blobs(id, data, size, created_at_ms) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                       [state_id, state, len(state), int(time.time() * 1000)])
+            if user_id is not None:
+                db.execute("INSERT INTO blob_grants(user_id, blob_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                           [user_id, state_id])
+            payload["blob_refs"] = [user_message_id.hex(), state_id.hex()]
+            db.execute("UPDATE messages SET payload = ? WHERE id = ?",
+                       [json.dumps(payload, ensure_ascii=False, separators=(",", ":"), sort_keys=True), message_id])
+
+
+def _m010_postgresql(db) -> None:
+    _run(db, """
+        CREATE TABLE published_blobs (
+            conversation_id TEXT NOT NULL REFERENCES conversations(id),
+            blob_id BYTEA NOT NULL,
+            PRIMARY KEY (conversation_id, blob_id)
+        )
+    """)
+    _snapshots_out_of_messages(db)
+
+
+@migration(postgresql=_m010_postgresql)
+def m010_incremental_history(db: Database) -> None:
+    """A turn costs the same at turn 600 as at turn 6: state snapshots leave the message rows (see
+    _snapshots_out_of_messages), and a published checkpoint's GC roots are rows of published_blobs,
+    so a checkpoint records the blobs its turn added instead of the whole history's again.
+    published_states.blob_ids stays for rows recorded before."""
+    _run(db, """
+        CREATE TABLE published_blobs (
+            conversation_id TEXT NOT NULL REFERENCES conversations(id),
+            blob_id BLOB NOT NULL,
+            PRIMARY KEY (conversation_id, blob_id)
+        )
+    """)
+    _snapshots_out_of_messages(db)
 
 
 def apply(db, *, stop_before: str | None = None) -> None:

@@ -86,6 +86,8 @@ class StoredMessage:
     runtime_event_id: str | None
     request_id: str | None
     revision_id: int
+    size: int = 0
+    """Length of the stored JSON (what keeping it in memory roughly costs)."""
 
 
 @dataclass(frozen=True)
@@ -217,7 +219,8 @@ class Store:
             self.db.execute("DELETE FROM gc_mark")
             roots: set[bytes] = set(extra_roots)
             for (ids_json,) in self.db.execute("SELECT blob_ids FROM published_states").fetchall():
-                roots.update(bytes.fromhex(h) for h in json.loads(ids_json))
+                roots.update(bytes.fromhex(h) for h in json.loads(ids_json))  # rows recorded before m010
+            roots.update(bytes(b) for (b,) in self.db.execute("SELECT blob_id FROM published_blobs").fetchall())
             for (payload,) in self.db.execute("SELECT payload FROM messages").fetchall():
                 roots.update(bytes.fromhex(h) for h in json.loads(payload).get("blob_refs", []))
             self.db.executemany("INSERT INTO gc_mark(id) VALUES (?) ON CONFLICT DO NOTHING", [(r,) for r in roots])
@@ -376,14 +379,20 @@ class Store:
         *,
         fence_request_id: str | None = None,
         move_head: bool = True,
+        blobs: Sequence[tuple[bytes, bytes, Sequence[BlobRef]]] = (),
+        user_id: str | None = None,
     ) -> int | None:
         """Append messages after `base_revision_id` (None = empty history) in one transaction and
         return the new revision. A runtime event already stored with the same payload is replayed
-        (not appended twice); with a different payload it is an error."""
+        (not appended twice); with a different payload it is an error. `blobs` the messages name
+        (a turn's state snapshot) are stored in the same transaction: a crash never keeps one
+        without the other (`user_id`: whose, as in put_blobs)."""
         ts = self._now()
         with self.db.atomic():
             self._ensure_conversation(conversation_id)
             self._fence(conversation_id, fence_request_id)
+            if blobs:
+                self.put_blobs(blobs, user_id=user_id)
             revision = base_revision_id
             length = 0 if revision is None else self._length(revision)
             for msg in messages:
@@ -443,7 +452,7 @@ class Store:
         if not rows:
             return None
         r = rows[0]
-        return StoredMessage(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], 0)
+        return StoredMessage(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], 0, len(r[3]))
 
     def messages(self, revision_id: int | None) -> list[StoredMessage]:
         """The ordered message list of a revision (empty for None)."""
@@ -465,7 +474,7 @@ class Store:
         ).fetchall()
         if not rows:
             raise StoreError(f"unknown revision {revision_id}")
-        return [StoredMessage(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6]) for r in rows]
+        return [StoredMessage(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6], len(r[3])) for r in rows]
 
     def messages_since(self, revision_id: int, base_revision_id: int | None) -> list[StoredMessage]:
         """The messages a revision adds to one of its ancestors, in order: what an append just
@@ -486,7 +495,7 @@ class Store:
             """,
             [revision_id, base_length, base_length],
         ).fetchall()
-        return [StoredMessage(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6]) for r in rows]
+        return [StoredMessage(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6], len(r[3])) for r in rows]
 
     def revision_conversation(self, revision_id: int) -> str | None:
         row = self.db.execute("SELECT conversation_id FROM revisions WHERE id = ?", [revision_id]).fetchone()
@@ -497,13 +506,20 @@ class Store:
     def record_published(
         self, conversation_id: str, roots_digest: str, revision_id: int | None, blob_ids: Iterable[bytes]
     ) -> None:
+        """A checkpoint published for `revision_id`, found again by its roots digest. `blob_ids`: the
+        blobs it references directly (GC roots), of which only those not recorded for this
+        conversation before need to be named: a warm conversation names what a turn added."""
         ts = self._now()
         with self.db.atomic():
             self._ensure_conversation(conversation_id)
             self.db.execute(
-                "INSERT INTO published_states(conversation_id, roots_digest, revision_id, blob_ids,"
-                " created_at_ms) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                [conversation_id, roots_digest, revision_id, json.dumps(sorted(b.hex() for b in blob_ids)), ts],
+                "INSERT INTO published_states(conversation_id, roots_digest, revision_id, created_at_ms)"
+                " VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                [conversation_id, roots_digest, revision_id, ts],
+            )
+            self.db.executemany(
+                "INSERT INTO published_blobs(conversation_id, blob_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                [(conversation_id, b) for b in dict.fromkeys(blob_ids)],
             )
 
     def find_published(self, conversation_id: str, roots_digest: str) -> tuple[bool, int | None]:

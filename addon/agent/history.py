@@ -15,7 +15,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..wire.errors import InternalError, ProtocolError
 from ..providers.transcript import (
@@ -175,63 +175,158 @@ class IncompleteRound(InternalError):
     pass
 
 
-def fold(messages: Sequence, blobs: Mapping[bytes, bytes] | None = None) -> list[FoldedItem]:
-    """Canonical messages (StoredMessage-like: .role and .payload) -> transcript items."""
-    out: list[FoldedItem] = []
-    rounds: dict[str, dict] = {}
-    group = 0
-    for msg in messages:
+@dataclass(eq=False)
+class _Round:
+    """A tool round as its pairs arrive: one assistant item once every result is in."""
+
+    round_id: str
+    first: Mapping
+    """The round's first pair: its text, thinking and replay state are the round's."""
+    size: int | None
+    calls: list = field(default_factory=list)
+    results: int = 0
+
+    def item(self) -> AssistantItem:
+        if self.size is not None and self.results != self.size:
+            raise IncompleteRound(f"tool round {self.round_id} has {self.results} of {self.size} results")
+        calls = sorted(self.calls, key=lambda c: c["index"])
+        first = self.first
+        return AssistantItem(
+            text=first["text"], thinking=first["thinking"],
+            tool_calls=tuple(ToolCall(c["call_id"], c["name"], c["arguments"], c["index"]) for c in calls),
+            replay=first.get("replay"))
+
+
+@dataclass(eq=False)
+class Entry:
+    """One stored message of the provider view and the transcript items it adds (a tool round's
+    assistant item stands on the round's first pair; its other pairs add only their results)."""
+
+    message_id: int | None
+    kind: str
+    folded: list[FoldedItem]
+    round: _Round | None = None
+    """The round this entry holds the assistant item of, until all its results are in."""
+    rendered: list[bytes] | None = None
+    """Cache slot of the checkpoint projection: the root blob ids of `folded`, once final."""
+    counted: object = None
+    """Cache slot of the checkpoint projection: what this entry adds to the token breakdown."""
+
+    def items(self) -> list[FoldedItem]:
+        if self.round is not None:
+            return [FoldedItem(self.round.item())]
+        return self.folded
+
+
+class Fold:
+    """The provider view of a history, folded into transcript items one message at a time: a warm
+    conversation adds only its new messages. `Fold(blobs).extend(messages)` is the whole history's
+    fold, and extending in any number of steps gives the same entries. History is append-only; a
+    summary message replaces the view before it with [its context message, itself, its tail]."""
+
+    def __init__(self, blobs: Mapping[bytes, bytes] | None = None) -> None:
+        self.blobs = blobs
+        """Bytes of imported roots (an import's roots are parsed, never re-rendered)."""
+        self.entries: list[Entry] = []
+        self.generation = 0
+        """Counts the summaries applied: the entries before one are not the entries after."""
+        self._rounds: dict[str, _Round] = {}
+        self._groups = 0
+
+    def extend(self, messages: Sequence) -> "Fold":
+        for msg in messages:
+            self.add(msg)
+        return self
+
+    def add(self, msg) -> None:
         p = msg.payload
         kind = p["kind"]
-        if kind in ("runtime", "summary"):
-            out.append(FoldedItem(UserItem(_parts(p["parts"]), wire_id=p["wire_id"])))
-        elif kind == "assistant" and p.get("tool_round_id") is None:
-            out.append(FoldedItem(assistant_item(p)))
-        elif kind == "assistant":
+        if kind == "summary":
+            self.entries = self.with_summary(p, getattr(msg, "id", None))
+            kept = {e.round.round_id for e in self.entries if e.round is not None}
+            self._rounds = {rid: r for rid, r in self._rounds.items() if rid in kept}  # open ones in view
+            self.generation += 1
+            return
+        self.entries.append(self._entry(getattr(msg, "id", None), p, kind))
+
+    def with_summary(self, summary: Mapping, message_id: int | None = None) -> list[Entry]:
+        """The view's entries as a summary message (its payload) would leave them; changes nothing."""
+        placed = Entry(message_id, "summary", [FoldedItem(UserItem(_parts(summary["parts"]), wire_id=summary["wire_id"]))])
+        return compacted(self.entries, summary, lambda e: e.message_id, placed)
+
+    def _entry(self, message_id: int | None, p: Mapping, kind: str) -> Entry:
+        if kind == "runtime":
+            return Entry(message_id, kind, [FoldedItem(UserItem(_parts(p["parts"]), wire_id=p["wire_id"]))])
+        if kind == "assistant" and p.get("tool_round_id") is None:
+            return Entry(message_id, kind, [FoldedItem(assistant_item(p))])
+        if kind == "assistant":
             rid = p["tool_round_id"]
-            state = rounds.get(rid)
-            if state is None:
-                state = rounds[rid] = {"first": p, "calls": [], "results": [], "size": p["round_size"],
-                                       "slot": len(out)}
-                out.append(FoldedItem(AssistantItem()))  # placeholder, filled below
-            state["calls"].extend(p["tool_calls"])
-        elif kind == "tool":
-            state = rounds.get(p["tool_round_id"])
-            if state is None:
+            found = self._rounds.get(rid)
+            if found is None:
+                found = self._rounds[rid] = _Round(rid, {k: p[k] for k in ("text", "thinking")} | {
+                    "replay": p.get("replay")}, p["round_size"])
+                found.calls.extend(p["tool_calls"])
+                return Entry(message_id, kind, [], round=found)
+            found.calls.extend(p["tool_calls"])
+            return Entry(message_id, kind, [])
+        if kind == "tool":
+            found = self._rounds.get(p["tool_round_id"])
+            if found is None:
                 raise InternalError(f"tool result {p['call_id']!r} without its assistant call")
+            found.results += 1
+            if found.size is not None and found.results == found.size:
+                self._close(found)
             item = ToolResultItem(p["call_id"], p["name"], p["content"], p["is_error"],
                                   tuple(i for i in _parts(p.get("images", ())) if isinstance(i, ImagePart)))
-            state["results"].append(item)
-            out.append(FoldedItem(item))
-        elif kind == "import":
-            if blobs is None:
+            return Entry(message_id, kind, [FoldedItem(item)])
+        if kind == "import":
+            if self.blobs is None:
                 raise InternalError("folding an import needs its root blobs")
+            folded = []
             for hex_id in p["roots"]:
-                group += 1
+                self._groups += 1
                 root_id = bytes.fromhex(hex_id)
-                for item in parse_root_json(blobs[root_id]):
-                    out.append(FoldedItem(item, imported_root=root_id, root_group=group))
-        else:
-            raise InternalError(f"unknown stored message kind {kind!r}")
-    for rid, state in rounds.items():
-        if state["size"] is not None and len(state["results"]) != state["size"]:
-            raise IncompleteRound(f"tool round {rid} has {len(state['results'])} of {state['size']} results")
-        first = state["first"]
-        calls = sorted(state["calls"], key=lambda c: c["index"])
-        out[state["slot"]] = FoldedItem(
-            AssistantItem(
-                text=first["text"],
-                thinking=first["thinking"],
-                tool_calls=tuple(ToolCall(c["call_id"], c["name"], c["arguments"], c["index"]) for c in calls),
-                replay=first.get("replay"),
-            )
-        )
-    return out
+                folded += [FoldedItem(item, imported_root=root_id, root_group=self._groups)
+                           for item in parse_root_json(self.blobs[root_id])]
+            return Entry(message_id, kind, folded)
+        raise InternalError(f"unknown stored message kind {kind!r}")
+
+    def _close(self, done: _Round) -> None:
+        """Every result of a round is in: its assistant item is final (and the round forgotten)."""
+        del self._rounds[done.round_id]
+        for entry in reversed(self.entries):
+            if entry.round is done:
+                entry.folded, entry.round = [FoldedItem(done.item())], None
+                return
+
+    def folded(self) -> list[FoldedItem]:
+        return [f for e in self.entries for f in e.items()]
+
+    def transcript(self) -> tuple[TranscriptItem, ...]:
+        return tuple(f.item for e in self.entries for f in e.items())
+
+
+def compacted(view_: list, summary: Mapping, id_of, placed) -> list:
+    """`view_` (the provider view before a summary) as the summary leaves it: [its context message,
+    `placed` (the summary itself), its tail]."""
+    ids = [id_of(x) for x in view_]
+    context_id, tail_from = summary.get("context_id"), summary.get("tail_from")
+    for needed in (context_id, tail_from):
+        if needed is not None and needed not in ids:
+            raise InternalError(f"summary {summary['wire_id']} refers to message {needed}, which is not before it")
+    head = [view_[ids.index(context_id)]] if context_id is not None else []
+    tail = view_[ids.index(tail_from):] if tail_from is not None else []
+    return [*head, placed, *(x for x in tail if id_of(x) != context_id)]
+
+
+def fold(messages: Sequence, blobs: Mapping[bytes, bytes] | None = None) -> list[FoldedItem]:
+    """The provider view's transcript items, each with where it came from (compactions applied)."""
+    return Fold(blobs).extend(messages).folded()
 
 
 def transcript(messages: Sequence, blobs: Mapping[bytes, bytes] | None = None) -> tuple[TranscriptItem, ...]:
     """What the provider sees: the fold of the current view (compactions applied)."""
-    return tuple(f.item for f in fold(view(messages), blobs))
+    return Fold(blobs).extend(messages).transcript()
 
 
 def view(messages: Sequence) -> list:
@@ -240,18 +335,10 @@ def view(messages: Sequence) -> list:
     it follows as usual. Without summaries this is `messages` unchanged."""
     out: list = []
     for msg in messages:
-        p = msg.payload
-        if p["kind"] != "summary":
+        if msg.payload["kind"] != "summary":
             out.append(msg)
-            continue
-        ids = [m.id for m in out]
-        context_id, tail_from = p.get("context_id"), p.get("tail_from")
-        for needed in (context_id, tail_from):
-            if needed is not None and needed not in ids:
-                raise InternalError(f"summary {p['wire_id']} refers to message {needed}, which is not before it")
-        head = [out[ids.index(context_id)]] if context_id is not None else []
-        tail = out[ids.index(tail_from):] if tail_from is not None else []
-        out = [*head, msg, *(m for m in tail if m.id != context_id)]
+        else:
+            out = compacted(out, msg.payload, lambda m: m.id, msg)
     return out
 
 

@@ -1,7 +1,8 @@
 """The turn: one local run, from its run_request to its terminal frame. Provider-agnostic.
 
     claim the conversation (a newer run fences off older ones)
-    -> base revision = where the client's checkpoint says it is (or import it)
+    -> base revision = where the client's checkpoint says it is (or import it); its projection is
+       the one the conversation's last run left (warm.py) or is folded from the store
     -> append ONE runtime user message (exactly once), initial checkpoint
     -> loop: provider call (model_call.py) -> stream updates
          done(stop)     -> final assistant -> SET blobs, ACK barrier -> turn_ended
@@ -19,7 +20,7 @@ from collections.abc import Sequence
 
 from byok.proto import agent_pb2 as apb
 from byok.prompt.assets import ModeAssets
-from byok.store import BlobRef, ConversationOfAnotherUser, NewMessage, RunExists, StaleRun, StoredMessage
+from byok.store import BlobRef, ConversationOfAnotherUser, NewMessage, RunExists, StaleRun
 
 from . import actions, capabilities, history, tool_round, user_input
 from ..providers.config import ModelRoute
@@ -27,7 +28,9 @@ from .cursor import projection as proj
 from .cursor import request_parts
 from .cursor import updates
 from .cursor.importer import import_checkpoint
-from ..wire.errors import AccessDenied, AlreadyExists, ConfigError, ProviderError, RunCanceled, RunError
+from ..wire.errors import (
+    AccessDenied, AlreadyExists, ConfigError, InternalError, ProviderError, RunCanceled, RunError,
+)
 from .model_call import ModelCall
 from ..providers.base import Done
 from .run import Run
@@ -38,6 +41,11 @@ __all__ = ["Services", "Turn", "make_turn_factory"]
 
 log = logging.getLogger("byok.loop")
 
+UNRENDERED_ON_LOOP = 64
+"""A checkpoint with at most this many messages to render (a warm one) runs on the event loop."""
+FOLD_ON_LOOP_BYTES = 256 << 10
+"""New messages up to this much stored JSON are folded in on the event loop, larger ones off it."""
+
 
 class Turn:
     """One run's turn logic. `await Turn(services, request)(run)`."""
@@ -46,10 +54,12 @@ class Turn:
         self.svc = services
         self.request = request
         self.run: Run
-        self.messages: list[StoredMessage] = []
+        self.history = proj.Projector()
+        """The history at `revision`, folded into its provider view and checkpoint."""
+        self._history_ok = False
+        """`history` is the fold of `revision` and nothing works on it: it may be kept warm."""
         self.revision: int | None = None
         self.usage_totals: dict = {}
-        self.blobs: dict[bytes, bytes] = {}
         self._initial_publish: asyncio.Future | None = None
         self.call_index = -1
 
@@ -95,6 +105,8 @@ class Turn:
             await self._model_loop()
         finally:
             self._cancel_initial_publish()
+            if self._history_ok:
+                self.svc.warm.put(self.conversation_id, self.revision, self.history)
 
     def use_tools(self, tools, implementations: dict, dynamic=()) -> None:
         """Replace this run's tool set: `tools` (the mode's, maybe fewer) then `dynamic` ones, and
@@ -190,22 +202,29 @@ class Turn:
         await self._hold_base()
 
     async def _use_revision(self, revision: int | None) -> None:
-        self.revision = revision
-        self.messages = await self.svc.store.messages(revision)
-        self.blobs = await self._import_blobs(self.messages)
+        """Take the history at `revision`: warm when the conversation's last run left it there, else
+        folded from the store (after a restart, a fence change, an edit, an eviction)."""
+        self._history_ok = False
+        warm = self.svc.warm.take(self.conversation_id, revision)
+        if warm is None:
+            messages = await self.svc.store.messages(revision)
+            blobs = await self._import_blobs(messages)
+            warm = await asyncio.to_thread(proj.Projector(blobs).extend, messages)  # hashing a whole history
+        self.history, self.revision, self._history_ok = warm, revision, True
         await self.svc.store.set_run_base(self.run.request_id, revision)
 
     async def _hold_base(self) -> None:
         """Everything the base projection references is on the client already (it published it),
         except a system root this run changes (a new mode or model)."""
         state = self.request.conversation_state
-        base = await self._project(self.messages)
-        system_id = proj.sha256(proj.system_root(self.system_prompt))
+        base = await self._project()
+        system_id = base.state.root_prompt_messages_json[0]
         held = self.run.held_blobs
-        held.update(bid for bid in base.blobs if bid != system_id)
+        held.update(bid for bid in base.blob_ids() if bid != system_id)
         if state.root_prompt_messages_json and state.root_prompt_messages_json[0] == system_id:
             held.add(system_id)
-        self.base_state_bytes = base.state_bytes()
+        self.history.release()
+        self.base_state, self.base_state_bytes = base.state, base.state_bytes()
 
     async def _import_blobs(self, messages) -> dict[bytes, bytes]:
         ids = []
@@ -247,6 +266,7 @@ class Turn:
                 await self._hold_base()
         event_id = event_id or f"run-request:{run.request_id}"
         existing = await self.svc.store.runtime_event(self.conversation_id, event_id)
+        snapshot = ()
         if existing is not None:
             payload = existing.payload  # replayed exactly: never re-rendered, never re-timed
         else:
@@ -254,20 +274,33 @@ class Turn:
                 await self._runtime_parts(action, action_context), action.user_message, event_id=event_id,
                 request_id=run.request_id, state_blob=self.base_state_bytes)
             payload.update(payload_extra or {})
-        await self._append([NewMessage("user", "runtime", payload, event_id, run.request_id)])
+            snapshot = [user_input.snapshot(self.base_state, self.base_state_bytes)]
+        await self._append([NewMessage("user", "runtime", payload, event_id, run.request_id)], blobs=snapshot)
         # The initial checkpoint's ACK round trips overlap the provider's time to first token: the
         # first model event waits for it (frame order is unchanged), and so does a failure.
         self._initial_publish = asyncio.ensure_future(
-            self._publish(await self._project(self.messages), revision=self.revision))
+            self._publish(await self._project(), revision=self.revision))
         self._initial_publish.add_done_callback(self._initial_publish_done)
 
     def _initial_publish_done(self, task: asyncio.Future) -> None:
         if not task.cancelled() and isinstance(task.exception(), RunError):
             self.run.fail(task.exception())  # e.g. an ACK timeout: end the run now, not at the next event
 
-    async def _project(self, messages, pending: proj.Pending | None = None) -> proj.Projection:
-        # Hashing a long history is real work: keep it off the event loop.
-        return await asyncio.to_thread(proj.project, messages, self.ctx, blobs=self.blobs, pending=pending)
+    async def _project(self, pending: proj.Pending | None = None) -> proj.Projection:
+        """The checkpoint of the history at `revision` (plus a staged assistant). Only what changed
+        since the last one is rendered; a history folded cold renders all of it, off the loop."""
+        if self.history.unrendered() <= UNRENDERED_ON_LOOP:
+            return self.history.checkpoint(self.ctx, pending)
+        return await self._off_loop(self.history.checkpoint, self.ctx, pending)
+
+    async def _off_loop(self, work, *args):
+        """Run `work` on the history in a thread; a cancel while it runs leaves the history to that
+        thread: it is never kept warm."""
+        try:
+            return await asyncio.to_thread(work, *args)
+        except BaseException:
+            self._history_ok = False
+            raise
 
     async def _runtime_parts(self, action: apb.UserMessageAction,
                              action_context: Sequence[str] = ()) -> user_input.Rendered:
@@ -280,19 +313,26 @@ class Turn:
 
     # ---- history writes and checkpoints ----------------------------------------------------------
 
-    async def _append(self, new: list[NewMessage]) -> None:
+    async def _append(self, new: list[NewMessage], *, blobs: Sequence[tuple[bytes, bytes, list[BlobRef]]] = ()
+                      ) -> None:
+        """Append to history; `blobs` the messages name (a state snapshot) are stored with them."""
         try:
             revision = await self.svc.store.append(
-                self.conversation_id, self.revision, new, fence_request_id=self.run.request_id
-            )
+                self.conversation_id, self.revision, new, fence_request_id=self.run.request_id,
+                blobs=blobs, user_id=self.run.user)
         except StaleRun as e:
             raise RunCanceled(str(e)) from None
-        await self._advance(revision)
+        await self._advance(revision, {blob_id: data for blob_id, data, _ in blobs})
 
-    async def _advance(self, revision: int | None) -> None:
-        """Move to a revision this run just appended on top of its own: read only what it added."""
+    async def _advance(self, revision: int | None, known: dict[bytes, bytes] | None = None) -> None:
+        """Move to a revision this run just appended on top of its own: read and fold in only what
+        it added."""
         if revision != self.revision:
-            self.messages = self.messages + await self.svc.store.messages_since(revision, self.revision)
+            new = await self.svc.store.messages_since(revision, self.revision)
+            if sum(m.size for m in new) <= FOLD_ON_LOOP_BYTES:
+                self.history.extend(new, known)
+            else:  # a large tool result: decoding and hashing it is real work
+                await self._off_loop(self.history.extend, new, known)
         self.revision = revision
 
     def _cancel_initial_publish(self) -> None:
@@ -309,25 +349,35 @@ class Turn:
         """Keep a copy of every new blob (with its reference edges) in the store, SET them on the
         client and wait for every ACK (the barrier before any checkpoint references them)."""
         held = self.run.held_blobs
-        owner: dict[bytes, proj.Projection] = {}  # the last projection naming each new blob
+        new: dict[bytes, proj.NewBlob] = {}
         for p in projections:
-            owner.update((bid, p) for bid in p.blobs if bid not in held)
-
-        def decode_new() -> list[tuple[bytes, bytes, list[BlobRef]]]:  # only these bytes are decoded
-            return [(bid, p.blobs[bid], [BlobRef(f, i, c) for f, i, c in p.refs_of(bid)]) for bid, p in owner.items()]
-
-        rows = await asyncio.to_thread(decode_new) if owner else []
+            for blob in p.missing(held):
+                new.setdefault(blob.blob_id, blob)
+        stored = [blob_id for blob_id, blob in new.items() if blob.data is None]
+        found = await self.svc.store.get_blobs(stored, user_id=self.run.user) if stored else {}
+        if len(found) != len(stored):
+            lost = next(blob_id for blob_id in stored if blob_id not in found)
+            raise InternalError(f"internal error: blob {lost.hex()} of the checkpoint is neither in memory nor stored")
+        rows = [(blob_id, blob.data, [BlobRef(*ref) for ref in blob.refs]) for blob_id, blob in new.items()
+                if blob.data is not None]
         if rows:
             await self.svc.store.put_blobs(rows, user_id=self.run.user)
-        await self.run.set_blobs({bid: data for bid, data, _ in rows})
+        await self.run.set_blobs({blob_id: blob.data if blob.data is not None else found[blob_id]
+                                  for blob_id, blob in new.items()})
+
+    async def _record(self, projection: proj.Projection, revision: int | None) -> None:
+        """Record a published checkpoint: its revision, and (as GC roots) the blobs it references
+        directly that this conversation did not record before."""
+        recorded = self.history.recorded
+        added = [blob_id for blob_id in projection.top_level_ids() if blob_id not in recorded]
+        await self.svc.store.record_published(self.conversation_id, projection.roots_digest, revision, added)
+        recorded.update(added)
 
     async def _publish(self, *projections: proj.Projection, revision: int | None = None) -> None:
         """SET what the client lacks, wait for every ACK, then record and emit the states."""
         await self._set_blobs(*projections)
-        last = projections[-1]
         if revision is not None:
-            await self.svc.store.record_published(
-                self.conversation_id, last.roots_digest, revision, last.top_level_ids())
+            await self._record(projections[-1], revision)
         for p in projections:
             self.run.emit(updates.checkpoint(p.state))
 
@@ -382,16 +432,14 @@ class Turn:
         await self._advance(revision)
 
     async def _finish_text(self, result: CallResult) -> None:
-        before = self.messages
+        staged = await self._project(proj.Pending(result.item, result.thinking_ms, result.usage))
         payload = history.assistant_payload(
             result.item, thinking_ms=result.thinking_ms, usage=result.usage, model_call_id=result.model_call_id
         )
         await self._append([NewMessage("assistant", "assistant", payload, request_id=self.run.request_id)])
-        staged = await self._project(before, proj.Pending(result.item, result.thinking_ms, result.usage))
-        settled = await self._project(self.messages)
+        settled = await self._project()
         await self._set_blobs(staged, settled)
-        await self.svc.store.record_published(
-            self.conversation_id, settled.roots_digest, self.revision, settled.top_level_ids())
+        await self._record(settled, self.revision)
         self.run.emit(updates.turn_ended(self.usage_totals))
         self.run.emit(updates.checkpoint(staged.state))
         self.run.emit(updates.checkpoint(settled.state))

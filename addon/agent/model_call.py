@@ -55,7 +55,7 @@ def add_usage(totals: dict, usage: Mapping | None) -> None:
 def provider_items(turn: TurnState) -> tuple:
     """The transcript this call sends: history, plus a transient continuation prompt when a resumed
     history ends with the model's own answer (never stored)."""
-    items = history.transcript(turn.messages, turn.blobs)
+    items = turn.history.transcript()
     if items and isinstance(items[-1], AssistantItem) and not items[-1].tool_calls:
         items = (*items, UserItem((TextPart(CONTINUE_PROMPT),), wire_id="runtime:continue", transient=True))
     return items

@@ -75,7 +75,7 @@ class Round:
             proj.assistant_json(self.item), [(c.index, c.call_id, c.name) for c in self.calls],
             created_at_ms=started_at,
         )
-        staged = await turn._project(turn.messages, proj.Pending(
+        staged = await turn._project(proj.Pending(
             self.item, self.result.thinking_ms, self.result.usage, started_at_ms=started_at,
             model_call_id=self.result.model_call_id))
         await turn._publish(staged, revision=None)
@@ -86,7 +86,7 @@ class Round:
                     group.create_task(self._call(state, position))
         except BaseExceptionGroup as group_error:  # surface the first run-ending error as itself
             raise _first_error(group_error) from None
-        settled = await turn._project(turn.messages)
+        settled = await turn._project()
         await turn._publish(settled, revision=turn.revision)
         await svc.store.settle_round(self.round_id)
         turn.execs.settle()
@@ -135,7 +135,7 @@ class Round:
             return registry.invalid_args_outcome(state.tool, state.error)
         context = turn.tool_context
         extra = dict(context.extra)
-        extra["todos"] = proj.current_todos(turn.messages)
+        extra["todos"] = turn.history.current_todos()
         extra["message_index"] = self.base_steps + position + 1
         port = CallPort(turn.execs, turn.run.emit, state.call_id, state.model_call_id, state.name,
                         RunToolContext(**{**context.__dict__, "extra": extra}))

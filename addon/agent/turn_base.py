@@ -24,6 +24,7 @@ from byok.prompt.assets import ModeAssets, PromptAssets
 from byok.store import AsyncStore, NewMessage, StoredMessage
 
 from .clock import Clock, Ids
+from .warm import WarmCache
 from ..providers.config import ModelRoute
 from ..providers.io import StreamLimits
 from .team import Team
@@ -62,6 +63,8 @@ class Services:
     """The team file's answers (users' models, keys, budgets); without one, everyone may do anything."""
     user_models: Callable[[], list[ModelRoute]] = lambda: []
     """Every model of the providers file (subagent model choice by public id or display name)."""
+    warm: WarmCache = field(default_factory=WarmCache)
+    """Each live conversation's projection between its turns (byok_warm_cache_mib)."""
     live: dict = field(default_factory=dict)
     """Process-wide state capabilities share between runs, by capability name (e.g. the subagent
     registry that links a child run to the parent call that launched it)."""
@@ -130,9 +133,10 @@ class TurnState(Protocol):
     in order: the stable prefix of the provider's tool list."""
     system_prompt: str
     conversation_id: str
-    messages: list[StoredMessage]
+    history: "proj.Projector"
+    """The history at `revision`: its provider view, its checkpoint, what it holds (event ids,
+    todos, the next prompt's size); extended as the turn appends."""
     revision: int | None
-    blobs: dict[bytes, bytes]
     usage_totals: dict
     call_index: int
     tool_context: "RunToolContext"
@@ -151,11 +155,11 @@ class TurnState(Protocol):
 
     async def _resume(self) -> bool: ...
 
-    async def _project(self, messages, pending: "proj.Pending | None" = None) -> "proj.Projection": ...
+    async def _project(self, pending: "proj.Pending | None" = None) -> "proj.Projection": ...
 
     async def _publish(self, *projections: "proj.Projection", revision: int | None = None) -> None: ...
 
-    async def _append(self, new: list[NewMessage]) -> None: ...
+    async def _append(self, new: list[NewMessage], *, blobs: Sequence = ()) -> None: ...
 
     async def _complete_call(self, round_id: str, call_index: int, new: list[NewMessage], *,
                              is_error: bool) -> None: ...

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from byok.proto import agent_pb2 as apb
+from byok.store import BlobRef
 
 from . import history
 from .cursor import context as request_context
@@ -104,7 +105,8 @@ async def render(turn: TurnState, user_message: apb.UserMessage, context: apb.Re
 def turn_payload(rendered: Rendered, user_message: apb.UserMessage, *, event_id: str, request_id: str,
                  state_blob: bytes) -> tuple[dict, apb.UserMessage]:
     """The stored runtime message that starts a Cursor turn, and the UserMessage it shows: a copy of
-    the client's, pointing at the state before it (`state_blob`)."""
+    the client's, pointing at the state before it (`state_blob`, stored beside the message as a
+    blob: `snapshot`; the message keeps its id in blob_refs [user message id, state id])."""
     shown = apb.UserMessage()
     shown.CopyFrom(user_message)
     shown.conversation_state_blob_id = proj.sha256(state_blob)
@@ -112,9 +114,14 @@ def turn_payload(rendered: Rendered, user_message: apb.UserMessage, *, event_id:
     payload = history.runtime_user_payload(
         rendered.parts,
         wire_id=f"runtime:{event_id}",
-        turn={"request_id": request_id, "user_message_blob": history.b64(um_blob),
-              "state_blob": history.b64(state_blob)},
+        turn={"request_id": request_id, "user_message_blob": history.b64(um_blob)},
         blob_refs=[proj.sha256(um_blob), proj.sha256(state_blob)],
         context_digest=rendered.context_digest,
     )
     return payload, shown
+
+
+def snapshot(state: apb.ConversationStateStructure, state_blob: bytes) -> tuple[bytes, bytes, list[BlobRef]]:
+    """A turn's state snapshot as the store keeps it (id, bytes, reference edges): appended in the
+    same transaction as the message that names it."""
+    return proj.sha256(state_blob), state_blob, [BlobRef(*ref) for ref in proj.state_refs(state)]

@@ -87,4 +87,4 @@ async def run_user_shell(turn: TurnState) -> None:
     )
     payload["shell_turn"] = {"command": history.b64(shell_command), "output": history.b64(shell_output)}
     await turn._append([NewMessage("user", "runtime", payload, event_id, turn.run.request_id)])
-    await turn._publish(await turn._project(turn.messages), revision=turn.revision)
+    await turn._publish(await turn._project(), revision=turn.revision)

@@ -183,38 +183,32 @@ def test_estimate_tokens_follows_the_per_character_rule(text):
     assert proj.estimate_tokens(text) == (round(ascii_chars * 0.273 + (units - ascii_chars) * 0.55), units)
 
 
-def turn_with_state(n, state: apb.ConversationStateStructure, *, stored_ids=True):
+def turn_with_state(n, state: apb.ConversationStateStructure):
     """A runtime turn as the engine stores it (`turn_payload`): the user message points at the
-    state before it. `stored_ids=False`: as a row written before turns stored their blob ids."""
+    state before it, which is stored beside the message (`user_input.snapshot`), not in it."""
     state_blob = state.SerializeToString(deterministic=True)
     payload, _ = user_input.turn_payload(
         user_input.Rendered([TextPart(f"q{n}")], "digest"), apb.UserMessage(text=f"q{n}", message_id=f"m{n}"),
         event_id=f"run-request:r{n}", request_id=f"r{n}", state_blob=state_blob)
-    if not stored_ids:
-        payload["blob_refs"] = []
     return M(payload), state_blob
 
 
-def test_an_earlier_turns_state_snapshot_is_decoded_only_when_read():
+def test_a_turns_state_snapshot_is_named_by_its_message_not_carried_in_it():
     first = proj.project([runtime(1), assistant("a1")], CTX)
     msg, state_blob = turn_with_state(2, first.state)
-    p = proj.project([runtime(1), assistant("a1"), msg, assistant("a2")], CTX)
     state_id = proj.sha256(state_blob)
-    assert state_id in p.blobs
-    assert callable(p.blobs._data[state_id])  # named by its stored id, not decoded
-    assert p.blobs[state_id] == state_blob  # decoded on read, to the bytes the stored id names
-    assert p.refs_of(state_id) == [("root_prompt_messages_json", i, r)
-                                   for i, r in enumerate(first.state.root_prompt_messages_json)] + [
-        ("turns", i, t) for i, t in enumerate(first.state.turns)]
+    assert state_blob.hex() not in json.dumps(msg.payload) and history.b64(state_blob) not in json.dumps(msg.payload)
+    assert msg.payload["blob_refs"][1] == state_id.hex()
+    history_ = [runtime(1), assistant("a1"), msg, assistant("a2")]
+    p = proj.project(history_, CTX)
+    assert p.blobs[state_id] is None  # named, its bytes in the store (stored with the message)
     um_id = apb.ConversationTurnStructure.FromString(p.blobs[p.state.turns[1]]).agent_conversation_turn.user_message
+    assert apb.UserMessage.FromString(p.blobs[um_id]).conversation_state_blob_id == state_id
     assert p.refs_of(um_id) == [("conversation_state_blob_id", 0, state_id)]
-
-
-def test_a_turn_stored_without_ids_projects_the_same():
-    first = proj.project([runtime(1), assistant("a1")], CTX)
-    with_ids, _ = turn_with_state(2, first.state)
-    without, _ = turn_with_state(2, first.state, stored_ids=False)
-    a = proj.project([runtime(1), assistant("a1"), with_ids], CTX)
-    b = proj.project([runtime(1), assistant("a1"), without], CTX)
-    assert a.state_bytes() == b.state_bytes()
-    assert dict(a.blobs) == dict(b.blobs) and {k: a.refs_of(k) for k in a.refs} == {k: b.refs_of(k) for k in b.refs}
+    assert list(p.blobs).index(state_id) < list(p.blobs).index(um_id)  # SET children first
+    run = proj.Projector().extend(history_, known={state_id: state_blob})  # the run that stored it has it
+    assert run.checkpoint(CTX).blobs[state_id] == state_blob
+    _, _, edges = user_input.snapshot(first.state, state_blob)
+    assert [(e.field, e.ordinal, e.child) for e in edges] == [
+        ("root_prompt_messages_json", i, r) for i, r in enumerate(first.state.root_prompt_messages_json)] + [
+        ("turns", i, t) for i, t in enumerate(first.state.turns)]

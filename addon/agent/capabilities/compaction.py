@@ -31,7 +31,7 @@ import jinja2
 
 from byok.prompt.assets import ROOT as PROMPT_ROOT
 from byok.proto import agent_pb2 as apb
-from byok.store import NewMessage, StoredMessage
+from byok.store import NewMessage
 
 from .. import history
 from ...providers.config import ModelRoute
@@ -43,6 +43,7 @@ from ...providers import adapter_for
 from ...providers.base import ModelCycle, ModelRequest
 from ...providers.io import CallMetrics, stream_http
 from ...providers.transcript import AssistantItem, ImagePart, TextPart, ToolResultItem, UserItem
+from ..cursor.projection import message_estimate, reported_prompt  # noqa: F401  (part of the arithmetic)
 from ..turn_base import TurnHooks, TurnState
 
 log = logging.getLogger("byok.compaction")
@@ -119,54 +120,9 @@ class Threshold:
         return int(TAIL_SHARE * (self.limit if self.limit is not None else prompt_tokens))
 
 
-def reported_prompt(usage: dict, replay: dict | None) -> int | None:
-    """The prompt size a provider reported for one call. Anthropic counts cached input apart from
-    `input_tokens`; the OpenAI dialects include it."""
-    if usage.get("input_tokens") is None:
-        return None
-    total = int(usage["input_tokens"])
-    if (replay or {}).get("kind") == "anthropic":
-        total += int(usage.get("cache_read_tokens") or 0) + int(usage.get("cache_write_tokens") or 0)
-    return total
-
-
-def message_estimate(message, blobs=None) -> int:
-    """Estimated tokens one stored message adds to a prompt."""
-    p = message.payload
-    kind = p["kind"]
-    if kind in ("runtime", "summary"):
-        text = "".join(part.get("text", "") for part in p["parts"])
-        images = sum(1 for part in p["parts"] if part.get("type") == "image")
-        return proj.estimate_tokens(text)[0] + 1000 * images  # an image costs roughly a thousand tokens
-    if kind == "assistant":
-        return proj.estimate_tokens(p["text"] + p["thinking"] + "".join(
-            c["name"] + c["arguments"] for c in p["tool_calls"]))[0]
-    if kind == "tool":
-        return proj.estimate_tokens(p["content"])[0]
-    if kind == "import":
-        size = sum(len((blobs or {}).get(bytes.fromhex(h), b"")) for h in p["roots"])
-        return round(size * 0.3)
-    return 0
-
-
 def prompt_tokens(messages: Sequence, *, system_prompt: str, tools: Sequence, blobs=None) -> int:
-    """The next prompt's size: the last provider-reported prompt and output, plus an estimate of the
-    messages added since. After a compaction (or with nothing reported yet) all of it is estimated."""
-    last, reported = None, None
-    for i, m in enumerate(messages):
-        p = m.payload
-        if p["kind"] == "summary":
-            last, reported = None, None
-        elif p["kind"] == "assistant" and p.get("usage"):
-            size = reported_prompt(p["usage"], p.get("replay"))
-            if size is not None:
-                last, reported = i, size + int(p["usage"].get("output_tokens") or 0)
-    if last is None:
-        return proj.prompt_estimate(system_prompt, tools, history.transcript(messages, blobs))
-    call = messages[last].payload.get("model_call_id")
-    added = sum(message_estimate(m, blobs) for m in messages[last + 1:]
-                if not (m.payload["kind"] == "assistant" and m.payload.get("model_call_id") == call))
-    return reported + added
+    """The next prompt's size after a whole history (a turn asks its warm history: Projector.prompt_tokens)."""
+    return proj.Projector(blobs).extend(messages).prompt_tokens(system_prompt, tools)
 
 
 # ---- what to keep, what to summarize --------------------------------------------------------------
@@ -265,8 +221,7 @@ class Compaction(TurnHooks):
         threshold = Threshold.of(turn.route)
         if threshold.limit is None:
             return
-        size = prompt_tokens(turn.messages, system_prompt=turn.system_prompt, tools=turn.tools,
-                             blobs=turn.blobs)
+        size = turn.history.prompt_tokens(turn.system_prompt, turn.tools)
         if threshold.exceeded(size):
             log.info("[%s] prompt ~%d tokens > %d (%g of %d): compacting", turn.run.request_id, size,
                      threshold.limit, threshold.compact_at, threshold.context_tokens)
@@ -276,8 +231,7 @@ class Compaction(TurnHooks):
         if not isinstance(error, ProviderError) or error.kind != "context_length" or self.retried_overflow:
             return False
         self.retried_overflow = True
-        size = prompt_tokens(turn.messages, system_prompt=turn.system_prompt, tools=turn.tools,
-                             blobs=turn.blobs)
+        size = turn.history.prompt_tokens(turn.system_prompt, turn.tools)
         log.info("[%s] the provider reports the context is full: compacting once and retrying",
                  turn.run.request_id)
         return await self.compact(tail_budget=Threshold.of(turn.route).tail_budget(size))
@@ -295,7 +249,7 @@ class Compaction(TurnHooks):
         compacted checkpoint twice. No new turn, no text, no token_delta."""
         await self.compact(tail_budget=0, keep_context=False)
         turn.run.emit(updates.turn_ended(turn.usage_totals))
-        settled = await turn._project(turn.messages)
+        settled = await turn._project()
         await turn._publish(settled, revision=turn.revision)
         turn.run.emit(updates.checkpoint(settled.state))
         return True
@@ -305,8 +259,9 @@ class Compaction(TurnHooks):
     async def compact(self, *, tail_budget: int, keep_context: bool = True) -> bool:
         """Summarize the older part of the provider view; False when there is nothing to summarize."""
         turn = self.turn
-        seen = history.view(turn.messages)
-        split = plan(seen, tail_budget=tail_budget, keep_context=keep_context, blobs=turn.blobs)
+        seen = history.view(await turn.svc.store.messages(turn.revision))  # read once per compaction
+        blobs = turn.history.blobs
+        split = plan(seen, tail_budget=tail_budget, keep_context=keep_context, blobs=blobs)
         if split is None:
             log.info("[%s] nothing to compact", turn.run.request_id)
             return False
@@ -314,12 +269,12 @@ class Compaction(TurnHooks):
         turn.run.emit(updates.interaction(apb.InteractionUpdate(summary_started=apb.SummaryStartedUpdate())))
         kept = ("The user's current request and the most recent messages stay visible word for word after "
                 "your summary; summarize what leads up to them.") if (split.context or split.tail) else ""
-        text = PROMPTS.request.render(TRANSCRIPT=render_transcript(history.transcript(split.summarized, turn.blobs)),
+        text = PROMPTS.request.render(TRANSCRIPT=render_transcript(history.transcript(split.summarized, blobs)),
                                       KEPT=kept)
         summary, model_call_id = await SummaryCall(turn)(text)
         turn.run.emit(updates.interaction(apb.InteractionUpdate(summary=apb.SummaryUpdate(summary=summary))))
         await self._store(split, summary, model_call_id)
-        settled = await turn._project(turn.messages)
+        settled = await turn._project()
         await turn._publish(settled, revision=turn.revision)
         turn.run.emit(updates.interaction(apb.InteractionUpdate(summary_completed=apb.SummaryCompletedUpdate())))
         log.info("[%s] compacted %d messages into a summary of %d characters; %d kept verbatim",
@@ -339,13 +294,11 @@ class Compaction(TurnHooks):
                 tail_from=split.tail[0].id if split.tail else None,
                 summarized_roots=replaced, window_tail=window_tail, model_call_id=model_call_id)
 
-        before = await turn._project(turn.messages)
-        draft = StoredMessage(-1, "user", "runtime", payload((), 0), None, turn.run.request_id, -1)
-        after = await turn._project([*turn.messages, draft])
-        roots_after = list(after.state.root_prompt_messages_json)
-        summary_root = proj.sha256(proj.user_root(UserItem(tuple(parts), wire_id=draft.payload["wire_id"])))
+        draft = payload((), 0)
+        before, roots_after = turn.history.roots_with_summary(draft)
+        summary_root = proj.sha256(proj.user_root(UserItem(tuple(parts), wire_id=draft["wire_id"])))
         kept = set(roots_after)
-        replaced = [r for r in list(before.state.root_prompt_messages_json)[1:] if r not in kept]
+        replaced = [r for r in before if r not in kept]
         window_tail = len(roots_after) - roots_after.index(summary_root) - 1
         await turn._append([NewMessage("user", "runtime", payload(replaced, window_tail),
                                        request_id=turn.run.request_id)])

@@ -235,7 +235,7 @@ class Queue(TurnHooks):
         self.loaded = True
         turn = self.turn
         store, cid = turn.svc.store, turn.conversation_id
-        in_history = {m.runtime_event_id for m in turn.messages if m.runtime_event_id}
+        in_history = turn.history.event_ids
         action = turn.request.action
         own = (f"user-message:{action.user_message_action.user_message.message_id}"
                if action.WhichOneof("action") == "user_message_action" else None)
@@ -256,7 +256,7 @@ class Queue(TurnHooks):
                      len(replay), ", ".join(i.injection_id for i in replay))
         self.pending = replay + self.pending
         if action.WhichOneof("action") == "resume_action" and await self._context_change() and not self.pending:
-            await turn._publish(await turn._project(turn.messages), revision=turn.revision)
+            await turn._publish(await turn._project(), revision=turn.revision)
 
     async def _context_change(self) -> bool:
         turn = self.turn
@@ -266,8 +266,7 @@ class Queue(TurnHooks):
         refs = turn.request.action.request_context_parts if turn.request.action.HasField(
             "request_context_parts") else None
         section, _ = await user_input.context_section(turn, user_input.context_of(resume.request_context, refs), refs)
-        shown = next((m.payload["context_digest"] for m in reversed(turn.messages)
-                      if m.payload.get("context_digest")), None)
+        shown = turn.history.context_digest
         new = user_input.digest(section)
         if not section or shown is None or shown == new:
             return False
@@ -287,12 +286,13 @@ class Queue(TurnHooks):
         svc, run, cid = turn.svc, turn.run, turn.conversation_id
         await turn._initial_checkpoint()
         delivered_at, batch_id = svc.clock.wall_ms(), svc.ids.new("delivery")
-        step = 0 if next_turn else (await turn._project(turn.messages)).last_turn_steps
+        step = 0 if next_turn else (await turn._project()).last_turn_steps
         shown: list[tuple[Input, apb.UserMessage | None]] = []
         for item in batch:
             message = item.user_message
             existing = await svc.store.runtime_event(cid, item.event_id)
             user_message = None
+            snapshot = ()
             if message is not None:
                 if message.message_id:  # an edit of this message later branches from here
                     await svc.store.anchor_input(cid, f"cursor:user:{message.message_id}", turn.revision)
@@ -300,18 +300,20 @@ class Queue(TurnHooks):
                     payload = existing.payload
                     user_message = apb.UserMessage.FromString(history.unb64(payload["turn"]["user_message_blob"]))
                 else:
-                    state_blob = (await turn._project(turn.messages)).state_bytes()
+                    state = await turn._project()
                     rendered = await user_input.render(
                         turn, message, item.context, item.refs,
                         datetime.fromtimestamp(item.received_at_ms / 1000, timezone.utc))
                     payload, user_message = user_input.turn_payload(
-                        rendered, message, event_id=item.event_id, request_id=run.request_id, state_blob=state_blob)
+                        rendered, message, event_id=item.event_id, request_id=run.request_id,
+                        state_blob=state.state_bytes())
+                    snapshot = [user_input.snapshot(state.state, state.state_bytes())]
             else:
                 system = item.action.inject_context_action.system_context
                 payload = existing.payload if existing is not None else history.runtime_user_payload(
                     [TextPart(SYSTEM_CONTEXT.render(PRODUCER=system.producer, CONTENT=system.content).strip())],
                     wire_id=f"runtime:{item.event_id}")
-            await turn._append([NewMessage("user", "runtime", payload, item.event_id, run.request_id)])
+            await turn._append([NewMessage("user", "runtime", payload, item.event_id, run.request_id)], blobs=snapshot)
             shown.append((item, user_message))
         for item, user_message in shown:
             run.emit(_state(item.injection_id, delivered=apb.ContextInjectionDelivered(
@@ -319,7 +321,7 @@ class Queue(TurnHooks):
             if user_message is not None:
                 run.emit(updates.interaction(apb.InteractionUpdate(
                     user_message_appended=apb.UserMessageAppendedUpdate(user_message=user_message))))
-        await turn._publish(await turn._project(turn.messages), revision=turn.revision)
+        await turn._publish(await turn._project(), revision=turn.revision)
         await svc.store.mark_inputs(cid, [item.injection_id for item in batch], "delivered", turn.revision)
         log.info("[%s] delivered %s %s", run.request_id, ", ".join(i.injection_id for i in batch),
                  "as the next turn" if next_turn else "at the model-call boundary")

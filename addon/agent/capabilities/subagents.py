@@ -451,11 +451,10 @@ async def background_completion(turn: TurnState) -> bool:
     if not usable:
         raise ProtocolError("background_task_completion_action carries no finished subagent or shell "
                             "(a subagent completion needs subagent_id; a shell one task_id)")
-    held = {m.runtime_event_id for m in turn.messages if m.runtime_event_id}
+    held = turn.history.event_ids
     fresh = [(key, c) for key, c in usable if key not in held]
     if not fresh:
-        last = turn.messages[-1].payload if turn.messages else {}
-        return last.get("kind") == "assistant" and not last.get("tool_round_id")  # answered already?
+        return turn.history.answered  # answered already?
     for i, (key, c) in enumerate(fresh):
         message = _simulated_message(turn, c, key)
         block = _completion_block(c)

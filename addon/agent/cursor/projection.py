@@ -1,4 +1,4 @@
-"""History -> Cursor checkpoint: the conversation state graph, as a pure function.
+"""History -> Cursor checkpoint: the conversation state graph, kept up to date turn by turn.
 
     ConversationStateStructure (inline in the checkpoint update)
      ├ root_prompt_messages_json[] -> JSON blobs: system, runtime user, assistant, tool (AI-SDK style)
@@ -6,29 +6,33 @@
      ├ turns[] -> ConversationTurnStructure{agent_conversation_turn{user_message, steps[], request_id}}
      └ token_details, mode            (every other field is echoed from the client's state)
 
-`project()` never touches the store and never mutates anything: the same messages and context give
-the same blob bytes and ids. It returns every blob it renders (children first); the run SETs those
-the client does not hold yet and waits for their ACKs before publishing the state.
+A `Projector` folds stored messages in one at a time and renders a checkpoint of the history as it
+stands (`checkpoint(ctx, pending)`): a warm conversation adds only its new messages, so a turn does
+not redo the work of the turns before it. Folding a history in any number of steps gives the same
+checkpoint, byte for byte, as folding it at once (`project()`, the cold path). It never touches the
+store: the same messages and context give the same blob bytes and ids. A checkpoint names the
+blobs the client may lack (`Projection.missing`, children first); the run SETs them and waits for
+their ACKs before publishing the state.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from byok.proto import agent_pb2 as apb
 
 from . import subagent_state
-from ...wire.errors import ProtocolError
-from ..history import FoldedItem, fold, summaries, unb64, view
+from ...wire.errors import InternalError, ProtocolError
+from ..history import Entry, Fold, FoldedItem, unb64
 from ...providers.transcript import (
     AssistantItem, ImagePart, TextPart, ToolCall, ToolResultItem, ToolSpec, UserItem,
 )
 
-Refs = list[tuple[str, int, bytes]] | Callable[[], list[tuple[str, int, bytes]]]
-"""A blob's reference edges, or how to compute them when they are needed."""
+Refs = list[tuple[str, int, bytes]]
+"""A blob's reference edges: (referencing field, ordinal, child id)."""
 
 SUMMARY_WIRE_PREFIX = "runtime:summary:"
 SECTION_TAGS = {"rules": "rules", "skills": "agent_skills", "subagents": "subagents", "mcp": "mcp_meta_tools"}
@@ -137,17 +141,25 @@ def parse_pending(text: str) -> Pending:
     )
 
 
+@dataclass(frozen=True)
+class NewBlob:
+    """A blob a checkpoint references that the client may not hold yet."""
+
+    blob_id: bytes
+    data: bytes | None
+    """None: not in memory; the store holds it (a state snapshot stored with its message)."""
+    refs: Refs = ()
+
+
 @dataclass
 class Projection:
+    """One checkpoint of a history: its state, and the graph of blobs the state references."""
+
     state: apb.ConversationStateStructure
-    blobs: Mapping[bytes, bytes] = field(default_factory=dict)
-    """Every blob this projection renders, children before parents (a BlobMap: some decoded on read)."""
-    refs: dict[bytes, Refs] = field(default_factory=dict)
-    """blob id -> (referencing field, ordinal, child id) edges, for the store's blob graph; some
-    computed only when asked for (`refs_of`)."""
-    roots_digest: str = ""
-    last_turn_steps: int = 0
+    roots_digest: str
+    last_turn_steps: int
     """Steps in the current (last) turn: the base of UpdateCurrentStep's message_index."""
+    graph: "_Graph"
 
     def top_level_ids(self) -> list[bytes]:
         """The blobs the state references directly: the store's GC roots for this checkpoint (the
@@ -160,9 +172,22 @@ class Projection:
     def state_bytes(self) -> bytes:
         return self.state.SerializeToString(deterministic=True)
 
-    def refs_of(self, blob_id: bytes) -> list[tuple[str, int, bytes]]:
-        refs = self.refs.get(blob_id, ())
-        return refs() if callable(refs) else list(refs)
+    def missing(self, held: Container[bytes]) -> list[NewBlob]:
+        """The blobs of this checkpoint `held` lacks, children before parents. A blob the client
+        holds brings its children (it got them first), so a held turn is not looked into."""
+        return self.graph.walk(held)
+
+    def blob_ids(self) -> set[bytes]:
+        """Every blob this checkpoint names (the client holds them all once it holds the state)."""
+        return self.graph.ids()
+
+    @property
+    def blobs(self) -> dict[bytes, bytes | None]:
+        """Every blob of the checkpoint, children first, with its bytes where they are in memory."""
+        return {b.blob_id: b.data for b in self.missing(())}
+
+    def refs_of(self, blob_id: bytes) -> Refs:
+        return next((list(b.refs) for b in self.missing(()) if b.blob_id == blob_id), [])
 
 
 # ---- root JSON -----------------------------------------------------------------------------------
@@ -241,18 +266,30 @@ def tool_root(results: Sequence[ToolResultItem]) -> bytes:
 # ---- steps and turns -------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(eq=False)
 class _Turn:
-    user_message: bytes | None
-    """Blob bytes of the UserMessage (ours) ..."""
+    """One Cursor turn as history builds it: its user message, its steps (blob ids, in order)."""
+
     user_message_id: bytes
     request_id: str | None
+    state_id: bytes | None = None
+    """The state snapshot the turn started from (its UserMessage's conversation_state_blob_id)."""
     steps: list[bytes] = field(default_factory=list)
-    """Step blob ids, in order."""
     imported_id: bytes | None = None
-    """... or the id of a turn blob we did not write (kept as is while nothing is added)."""
+    """An imported turn we did not write: kept as it is while nothing is added to it."""
+    imported_steps: int = 0
+    """How many steps it had when imported."""
     shell: tuple[bytes, bytes] | None = None
     """A user shell command turn: the ShellCommand and ShellOutput blob ids (no user message, no steps)."""
+    rendered: tuple[int, bytes, bytes] | None = None
+    """(steps, id, bytes) of its last rendered blob: a turn changes only while it is the last."""
+
+    def children(self, steps: Sequence[bytes]) -> list[bytes]:
+        """The blobs under this turn, children first (what its blob and its user message point at)."""
+        if self.shell is not None:
+            return list(self.shell)
+        own = [] if self.imported_id is not None else [self.user_message_id]
+        return [*([self.state_id] if self.state_id else ()), *own, *steps]
 
 
 def _step(message: apb.ConversationStep) -> bytes:
@@ -270,93 +307,29 @@ def _text_step(text: str) -> bytes:
     return _step(apb.ConversationStep(assistant_message=apb.AssistantMessage(text=text)))
 
 
-class BlobMap(Mapping):
-    """blob id -> bytes, where some bytes are decoded only when read: a projection names every blob
-    of the conversation, but a run only reads the few the client does not hold yet."""
-
-    def __init__(self) -> None:
-        self._data: dict[bytes, bytes | Callable[[], bytes]] = {}
-
-    def put(self, blob_id: bytes, data: bytes | Callable[[], bytes]) -> None:
-        self._data.setdefault(blob_id, data)
-
-    def __getitem__(self, blob_id: bytes) -> bytes:
-        data = self._data[blob_id]
-        if callable(data):
-            data = self._data[blob_id] = data()
-        return data
-
-    def __contains__(self, blob_id: object) -> bool:
-        return blob_id in self._data
-
-    def __iter__(self):
-        return iter(self._data)
-
-    def __len__(self) -> int:
-        return len(self._data)
+def _assistant_steps(thinking: str, thinking_ms: int | None, text: str) -> list[bytes]:
+    """The step blobs of an assistant message's thinking and text."""
+    return [*([_thinking_step(thinking, thinking_ms)] if thinking else ()), *([_text_step(text)] if text else ())]
 
 
-class _Builder:
-    def __init__(self) -> None:
-        self.blobs = BlobMap()
-        self.refs: dict[bytes, Refs] = {}
-
-    def blob(self, data: bytes, refs: Refs | None = None) -> bytes:
-        bid = sha256(data)
-        self.blobs.put(bid, data)
-        if refs:
-            self.refs.setdefault(bid, refs)
-        return bid
-
-    def known_blob(self, blob_id: bytes, data: Callable[[], bytes], refs: Refs | None = None) -> bytes:
-        """A blob whose id was computed when it was stored: its bytes are decoded on first read."""
-        self.blobs.put(blob_id, data)
-        if refs:
-            self.refs.setdefault(blob_id, refs)
-        return blob_id
-
-
-def _assistant_steps(b: _Builder, turn: _Turn | None, thinking: str, thinking_ms: int | None, text: str) -> None:
-    if turn is None or turn.shell is not None:
-        return
-    if thinking:
-        turn.steps.append(b.blob(_thinking_step(thinking, thinking_ms)))
-    if text:
-        turn.steps.append(b.blob(_text_step(text)))
-
-
-def _turn_refs(turn: _Turn) -> list[tuple[str, int, bytes]]:
+def _turn_refs(turn: _Turn, steps: Sequence[bytes]) -> Refs:
     if turn.shell is not None:
         return [("shell_command", 0, turn.shell[0]), ("shell_output", 0, turn.shell[1])]
-    return [("user_message", 0, turn.user_message_id)] + [("steps", i, s) for i, s in enumerate(turn.steps)]
+    return [("user_message", 0, turn.user_message_id)] + [("steps", i, s) for i, s in enumerate(steps)]
 
 
-def _state_blob(b: _Builder, payload: Mapping) -> bytes:
-    """The state snapshot a stored turn points at. Every turn projects the whole history, and each
-    earlier turn carries a snapshot as long as the history was then: decoding, hashing and walking
-    them all made a turn O(turns²). The id stored with the turn stands in for hashing, and the bytes
-    and edges are decoded only for a blob the client does not hold (see `turn_payload`)."""
-    encoded = payload["turn"]["state_blob"]
-    stored = payload.get("blob_refs") or ()
-    if len(stored) != 2:  # written before turns stored [user message id, state id]
-        data = unb64(encoded)
-        return b.blob(data, _state_refs(apb.ConversationStateStructure.FromString(data)))
-    state_id = bytes.fromhex(stored[1])
-    return b.known_blob(state_id, lambda: unb64(encoded),
-                        lambda: _state_refs(apb.ConversationStateStructure.FromString(b.blobs[state_id])))
-
-
-def _state_refs(state: apb.ConversationStateStructure) -> list[tuple[str, int, bytes]]:
+def state_refs(state: apb.ConversationStateStructure) -> Refs:
+    """A state snapshot blob's reference edges (stored with it)."""
     return ([("root_prompt_messages_json", i, r) for i, r in enumerate(state.root_prompt_messages_json)]
             + [("turns", i, t) for i, t in enumerate(state.turns)]
             + [("todos", i, t) for i, t in enumerate(state.todos)])
 
 
-def _turn_blob(turn: _Turn) -> bytes:
+def _turn_blob(turn: _Turn, steps: Sequence[bytes]) -> bytes:
     if turn.shell is not None:
         shell = apb.ShellConversationTurnStructure(shell_command=turn.shell[0], shell_output=turn.shell[1])
         return apb.ConversationTurnStructure(shell_conversation_turn=shell).SerializeToString(deterministic=True)
-    inner = apb.AgentConversationTurnStructure(user_message=turn.user_message_id, steps=turn.steps)
+    inner = apb.AgentConversationTurnStructure(user_message=turn.user_message_id, steps=steps)
     if turn.request_id:
         inner.request_id = turn.request_id
     return apb.ConversationTurnStructure(agent_conversation_turn=inner).SerializeToString(deterministic=True)
@@ -367,8 +340,18 @@ def _turn_blob(turn: _Turn) -> bytes:
 
 def estimate_tokens(text: str) -> tuple[int, int]:
     """(estimated tokens, UTF-16 code units): 0.273 per ASCII char, 0.55 per other code unit."""
+    return _estimate(_text_counts(text))
+
+
+def _text_counts(text: str) -> tuple[int, int]:
+    """(ASCII characters, UTF-16 code units) of a text: what estimate_tokens weighs. Counts add up:
+    the estimate of a concatenation is the estimate of the summed counts."""
     ascii_chars = len(text.encode("ascii", "ignore"))  # counted in C: a Python loop cost ~10 ms per 40k chars
-    units = len(text.encode("utf-16-le")) // 2
+    return ascii_chars, len(text.encode("utf-16-le")) // 2
+
+
+def _estimate(counts: tuple[int, int]) -> tuple[int, int]:
+    ascii_chars, units = counts
     return round(ascii_chars * 0.273 + (units - ascii_chars) * 0.55), units
 
 
@@ -390,15 +373,24 @@ def breakdown(used: int, max_tokens: int, system_prompt: str, tools: Sequence[To
               summary_text: str = "", dynamic_tools: Sequence[ToolSpec] = ()) -> apb.PromptTokenBreakdownSnapshot:
     """The 8 categories; `conversation` takes the remainder so they sum exactly to `used`.
     `dynamic_tools` (MCP tools offered directly) count as `mcp` with the runtime MCP section."""
+    sections = {key: _text_counts("".join(_section(t, tag) for t in runtime_texts)) for key, tag in SECTION_TAGS.items()}
+    return _breakdown(used, max_tokens, system_prompt, tools, sections, conversation_chars, summary_text, dynamic_tools)
+
+
+def _breakdown(used: int, max_tokens: int, system_prompt: str, tools: Sequence[ToolSpec],
+               sections: Mapping[str, tuple[int, int]], conversation_chars: int, summary_text: str,
+               dynamic_tools: Sequence[ToolSpec]) -> apb.PromptTokenBreakdownSnapshot:
+    """`breakdown` from the runtime sections' counts (ASCII characters, UTF-16 units) per category."""
     estimates: dict[str, tuple[int, int]] = {
         "system_prompt": estimate_tokens(system_prompt),
         "tools": estimate_tokens(_tools_text(tools)),
     }
-    for key, tag in SECTION_TAGS.items():
-        text = "".join(_section(t, tag) for t in runtime_texts)
+    for key in SECTION_TAGS:
+        ascii_chars, units = sections[key]
         if key == "mcp" and dynamic_tools:
-            text += _tools_text(dynamic_tools)
-        estimates[key] = estimate_tokens(text)
+            more = _text_counts(_tools_text(dynamic_tools))
+            ascii_chars, units = ascii_chars + more[0], units + more[1]
+        estimates[key] = _estimate((ascii_chars, units))
     estimates["summarized_conversation"] = estimate_tokens(summary_text)
     fixed_keys = [k for k, _ in BREAKDOWN_LABELS if k != "conversation"]
     fixed_total = sum(estimates[k][0] for k in fixed_keys)
@@ -428,221 +420,6 @@ def _usage_total(usage: Mapping | None) -> int | None:
     return int(usage["input_tokens"]) + int(usage["output_tokens"])
 
 
-# ---- the projection ---------------------------------------------------------------------------------
-
-
-def project(
-    messages: Sequence,
-    ctx: ProjectionContext,
-    *,
-    blobs: Mapping[bytes, bytes] | None = None,
-    pending: Pending | None = None,
-) -> Projection:
-    """Project stored messages (+ an optional pending assistant) to a checkpoint state.
-
-    `blobs` supplies the bytes of imported roots (they are referenced, never re-rendered).
-    """
-    b = _Builder()
-    state = apb.ConversationStateStructure.FromString(ctx.base_state)
-    for name in ("root_prompt_messages_json", "turns", "pending_tool_calls"):
-        state.ClearField(name)
-    state.ClearField("token_details")
-    state.mode = ctx.mode
-
-    roots = [b.blob(system_root(ctx.system_prompt))]
-    seen = view(messages)  # what the provider sees: compactions applied
-    folded = fold(seen, blobs)
-    _append_roots(b, roots, folded)
-
-    turns: list[_Turn] = []
-    imported_turns: list[bytes] = []
-    round_sizes = {
-        m.payload["tool_round_id"]: m.payload["round_size"]
-        for m in messages
-        if m.payload["kind"] == "assistant" and m.payload.get("tool_round_id")
-    }
-    round_first_seen: set[str] = set()
-    round_tools: dict[str, list[tuple[int, bytes]]] = {}
-    last_usage: Mapping | None = None
-    runtime_texts = ["".join(part.get("text", "") for part in m.payload["parts"])
-                     for m in seen if m.payload["kind"] == "runtime"]
-    for msg in messages:
-        p = msg.payload
-        kind = p["kind"]
-        current = turns[-1] if turns else None
-        if kind == "summary":
-            last_usage = None  # the provider has not measured the compacted prompt yet
-        elif kind == "runtime":
-            if p.get("turn"):
-                um = unb64(p["turn"]["user_message_blob"])
-                um_refs = None
-                if p["turn"].get("state_blob"):
-                    state_id = _state_blob(b, p)
-                    um_refs = [("conversation_state_blob_id", 0, state_id)]
-                turns.append(_Turn(um, b.blob(um, um_refs), p["turn"]["request_id"]))
-            elif p.get("shell_turn"):
-                shell = (b.blob(unb64(p["shell_turn"]["command"])), b.blob(unb64(p["shell_turn"]["output"])))
-                turns.append(_Turn(None, b"", None, shell=shell))
-        elif kind == "assistant":
-            if p.get("usage"):
-                last_usage = p["usage"]
-            rid = p.get("tool_round_id")
-            if rid is None or rid not in round_first_seen:
-                if rid is not None:
-                    round_first_seen.add(rid)
-                _assistant_steps(b, current, p["thinking"], p.get("thinking_ms"), p["text"])
-        elif kind == "tool":
-            rid = p["tool_round_id"]
-            round_tools.setdefault(rid, []).append((p["call_index"], unb64(p["tool_call"])))
-            if len(round_tools[rid]) == round_sizes[rid] and current is not None and current.shell is None:
-                for _, pb in sorted(round_tools[rid]):
-                    current.steps.append(b.blob(_step(apb.ConversationStep(tool_call=apb.ToolCall.FromString(pb)))))
-        elif kind == "import":
-            imported_turns = [bytes.fromhex(t) for t in p["turns"]]
-            turns = []
-            last = p.get("open_turn")
-            if last:  # the last imported turn, decoded so later steps can extend it
-                imported_turns = imported_turns[:-1]
-                turns.append(
-                    _Turn(None, bytes.fromhex(last["user_message"]), last.get("request_id"),
-                          [bytes.fromhex(s) for s in last["steps"]], imported_id=bytes.fromhex(last["id"]))
-                )
-
-    if pending is not None:
-        _assistant_steps(b, turns[-1] if turns else None, pending.item.thinking, pending.thinking_ms,
-                         pending.item.text)
-        if pending.usage:
-            last_usage = pending.usage
-        state.pending_tool_calls.append(
-            dumps(pending_json(pending)).decode()
-        )
-
-    turn_ids = list(imported_turns)
-    for turn in turns:
-        if turn.imported_id is not None and turn.user_message is None and _unchanged_import(turn, messages):
-            turn_ids.append(turn.imported_id)
-        elif turn.imported_id is not None and blobs is not None and turn.imported_id in blobs:
-            # an imported turn that grew: keep every field it had, replace only the steps
-            original = apb.ConversationTurnStructure.FromString(blobs[turn.imported_id])
-            del original.agent_conversation_turn.steps[:]
-            original.agent_conversation_turn.steps.extend(turn.steps)
-            turn_ids.append(b.blob(original.SerializeToString(deterministic=True), _turn_refs(turn)))
-        else:
-            turn_ids.append(b.blob(_turn_blob(turn), _turn_refs(turn)))
-    state.root_prompt_messages_json.extend(roots)
-    state.turns.extend(turn_ids)
-    compacted = summaries(messages)
-    summary_text = compacted[-1].payload["summary"] if compacted else ""  # the latest is always in view
-    _token_details(state, ctx, last_usage, runtime_texts, folded, compacted=bool(compacted),
-                   summary_text=summary_text)
-    _summary_state(b, state, messages, compacted)
-    _fold_tool_state(b, state, messages)
-    subagent_state.fold(state, messages, ctx.parent_tool_call_id)
-    return Projection(state=state, blobs=b.blobs, refs=b.refs, roots_digest=roots_digest(roots),
-                      last_turn_steps=len(turns[-1].steps) if turns else 0)
-
-
-def _summary_state(b: _Builder, state: apb.ConversationStateStructure, messages: Sequence,
-                   compacted: Sequence) -> None:
-    """summary (6), summary_archive (11), summary_archives (13), self_summary_count (17), from the
-    summary messages in history. A history with none clears them, unless it holds an imported
-    checkpoint (whose own compaction state is echoed)."""
-    if not compacted:
-        if not any(m.payload["kind"] == "import" for m in messages):
-            for name in ("summary", "summary_archive", "summary_archives", "self_summary_count"):
-                state.ClearField(name)
-        return
-    archives = []
-    for msg in compacted:
-        p = msg.payload
-        summary_root = b.blob(user_root(UserItem(
-            tuple(TextPart(part["text"]) for part in p["parts"] if part["type"] == "text"), wire_id=p["wire_id"])))
-        replaced = [bytes.fromhex(h) for h in p["summarized_roots"]]
-        archive = apb.ConversationSummaryArchive(
-            summarized_messages=replaced, summary=p["summary"], window_tail=p["window_tail"],
-            summary_message=summary_root)
-        archives.append(b.blob(archive.SerializeToString(deterministic=True),
-                               [("summary_message", 0, summary_root)]
-                               + [("summarized_messages", i, r) for i, r in enumerate(replaced)]))
-    latest = compacted[-1].payload["summary"]
-    state.summary = b.blob(apb.ConversationSummary(summary=latest).SerializeToString(deterministic=True))
-    state.summary_archive = archives[-1]
-    del state.summary_archives[:]
-    state.summary_archives.extend(archives[:-1])
-    state.self_summary_count = len(compacted)
-
-
-def _fold_tool_state(b: _Builder, state: apb.ConversationStateStructure, messages: Sequence) -> None:
-    """Todos, the plan and read paths are derived from the completed tool calls in history, never
-    stored twice.
-    Without any TodoWrite in history the client's todos are echoed; read paths extend the client's."""
-    todos: list[apb.TodoItem] | None = None
-    plan: str | None = None
-    read_paths = list(state.read_paths)
-    seen = set(read_paths)
-    for msg in messages:
-        p = msg.payload
-        if p["kind"] != "tool" or p.get("is_error"):
-            continue
-        call = apb.ToolCall.FromString(unb64(p["tool_call"]))
-        variant = call.WhichOneof("tool")
-        if variant == "update_todos_tool_call" and call.update_todos_tool_call.result.HasField("success"):
-            todos = list(call.update_todos_tool_call.result.success.todos)
-        elif variant == "create_plan_tool_call" and call.create_plan_tool_call.result.HasField("success"):
-            plan = call.create_plan_tool_call.args.plan
-        elif variant == "read_tool_call" and call.read_tool_call.result.HasField("success"):
-            path = call.read_tool_call.args.path
-            if path and path not in seen:
-                seen.add(path)
-                read_paths.append(path)
-    if todos is not None:
-        # Each todo is a blob holding one agent.v1.TodoItem (the field is repeated blob ids).
-        state.ClearField("todos")
-        state.todos.extend(b.blob(t.SerializeToString(deterministic=True)) for t in todos)
-    if plan is not None:  # the current plan: a blob holding agent.v1.ConversationPlan
-        state.plan = b.blob(apb.ConversationPlan(plan=plan).SerializeToString(deterministic=True))
-    del state.read_paths[:]
-    state.read_paths.extend(read_paths)
-
-
-def current_todos(messages: Sequence) -> list[apb.TodoItem]:
-    """The todo list as the last successful TodoWrite in history left it."""
-    todos: list[apb.TodoItem] = []
-    for msg in messages:
-        p = msg.payload
-        if p["kind"] == "tool" and not p.get("is_error") and p["name"] == "TodoWrite":
-            call = apb.ToolCall.FromString(unb64(p["tool_call"]))
-            if call.update_todos_tool_call.result.HasField("success"):
-                todos = list(call.update_todos_tool_call.result.success.todos)
-    return todos
-
-
-def _unchanged_import(turn: _Turn, messages: Sequence) -> bool:
-    for msg in reversed(messages):
-        if msg.payload["kind"] == "import":
-            return len(turn.steps) == len(msg.payload["open_turn"]["steps"])
-    return True
-
-
-def _append_roots(b: _Builder, roots: list[bytes], folded: Sequence[FoldedItem]) -> None:
-    i = 0
-    while i < len(folded):
-        f = folded[i]
-        if f.imported_root is not None:
-            roots.append(f.imported_root)
-            while i < len(folded) and folded[i].root_group == f.root_group and folded[i].imported_root:
-                i += 1
-            continue
-        item = f.item
-        if isinstance(item, UserItem):
-            roots.append(b.blob(user_root(item)))
-        elif isinstance(item, AssistantItem):
-            roots.append(b.blob(dumps(assistant_json(item))))
-        elif isinstance(item, ToolResultItem):
-            roots.append(b.blob(tool_root([item])))
-        i += 1
-
-
 def _item_text(item) -> str:
     if isinstance(item, UserItem):
         return "".join(p.text for p in item.parts if isinstance(p, TextPart))
@@ -657,31 +434,533 @@ def prompt_estimate(system_prompt: str, tools: Sequence[ToolSpec], items: Sequen
     return estimate_tokens(text + "".join(_item_text(i) for i in items))[0]
 
 
-def _token_details(state: apb.ConversationStateStructure, ctx: ProjectionContext, usage: Mapping | None,
-                   runtime_texts: Sequence[str], folded: Sequence[FoldedItem], *, compacted: bool = False,
-                   summary_text: str = "") -> None:
-    base = apb.ConversationStateStructure.FromString(ctx.base_state)
-    used = _usage_total(usage)
-    max_tokens = base.token_details.max_tokens or ctx.max_tokens or 0
-    if used is None and compacted:  # after a compaction, until the provider measures it again
-        used = prompt_estimate(ctx.system_prompt, ctx.tools, [f.item for f in folded])
-    if used is None:
-        if base.HasField("token_details"):
-            state.token_details.CopyFrom(base.token_details)
-        return
-    conversation_chars = 0
-    for f in folded:
+# ---- the projection ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _Graph:
+    """The blobs one checkpoint references, in the order they are SET (children before parents):
+    the system root, the roots, every turn's children, the turn blobs, then the summary, todo and
+    plan blobs. Bytes come from the checkpoint's own blobs, else the projector's (made since the run
+    began), else nowhere (None: the store has them)."""
+
+    roots: list[bytes]
+    turns: list[tuple[bytes, _Turn, Sequence[bytes], bytes]]
+    """(turn blob id, turn, its steps, its blob) in order; an imported turn kept as is is not here."""
+    extra: list[bytes]
+    """The summary, todo and plan blobs (after their children: this checkpoint's own blobs)."""
+    own: dict[bytes, tuple[bytes, Refs]]
+    """The blobs this checkpoint rendered itself (system root, turn blobs, summaries, todos, plan)."""
+    made: Mapping[bytes, tuple[bytes | None, Refs]]
+    """The projector's blobs made since its run began."""
+    foreign: Container[bytes]
+    """Blobs of an imported client checkpoint: the client's own, never SET back."""
+
+    def _blob(self, blob_id: bytes) -> NewBlob:
+        found = self.own.get(blob_id) or self.made.get(blob_id)
+        return NewBlob(blob_id, *found) if found is not None else NewBlob(blob_id, None)
+
+
+    def walk(self, held: Container[bytes]) -> list[NewBlob]:
+        out: dict[bytes, NewBlob] = {}
+
+        def visit(blob_id: bytes) -> None:
+            if blob_id not in held and blob_id not in out and blob_id not in self.foreign:
+                out[blob_id] = self._blob(blob_id)
+
+        for root in self.roots:
+            visit(root)
+        for turn_id, turn, steps, _ in self.turns:
+            if turn_id not in held:
+                for child in turn.children(steps):
+                    visit(child)
+        for turn_id, turn, steps, data in self.turns:
+            if turn_id not in held and turn_id not in out:
+                out[turn_id] = NewBlob(turn_id, data, _turn_refs(turn, steps))
+        for blob_id in self.extra:
+            for child in _children(self.own.get(blob_id)):
+                visit(child)
+            visit(blob_id)
+        return list(out.values())
+
+    def ids(self) -> set[bytes]:
+        out = set(self.roots)
+        for turn_id, turn, steps, _ in self.turns:
+            out.add(turn_id)
+            out.update(turn.children(steps))
+        for blob_id in self.extra:
+            out.update(_children(self.own.get(blob_id)))
+            out.add(blob_id)
+        return {b for b in out if b not in self.foreign}
+
+
+def _children(rendered: tuple[bytes, Refs] | None) -> list[bytes]:
+    """The children of one of a checkpoint's own blobs that the checkpoint renders too (a summary
+    archive's summary message; the roots it replaced are the client's already)."""
+    return [child for name, _, child in rendered[1] if name == "summary_message"] if rendered else []
+
+
+@dataclass
+class _Counts:
+    """What the provider view adds to the token breakdown, as (ASCII characters, UTF-16 units)
+    sums, so that adding a message adds to them (estimate_tokens of a concatenation is the
+    estimate of the summed counts)."""
+
+    sections: dict[str, tuple[int, int]] = field(default_factory=lambda: {k: (0, 0) for k in SECTION_TAGS})
+    conversation_chars: int = 0
+
+    def add(self, other: "_Counts") -> None:
+        for key, (a, u) in other.sections.items():
+            a0, u0 = self.sections[key]
+            self.sections[key] = (a0 + a, u0 + u)
+        self.conversation_chars += other.conversation_chars
+
+
+def _entry_counts(entry: Entry) -> _Counts:
+    counts = _Counts()
+    for f in entry.items():
         item = f.item
-        if isinstance(item, UserItem) and (item.wire_id or "").startswith(SUMMARY_WIRE_PREFIX):
-            continue  # counted as summarized_conversation
         if isinstance(item, UserItem):
             text = "".join(p.text for p in item.parts if isinstance(p, TextPart))
+            if entry.kind == "runtime":
+                counts.sections = {key: _text_counts(_section(text, tag)) for key, tag in SECTION_TAGS.items()}
+            if (item.wire_id or "").startswith(SUMMARY_WIRE_PREFIX):
+                continue  # counted as summarized_conversation
         else:
             text = getattr(item, "text", "") + getattr(item, "thinking", "") + getattr(item, "content", "")
-        conversation_chars += len(text.encode("utf-16-le")) // 2
-    state.token_details.used_tokens = used
-    state.token_details.max_tokens = max_tokens
-    state.token_details.breakdown.CopyFrom(
-        breakdown(used, max_tokens, ctx.system_prompt, ctx.tools, runtime_texts, conversation_chars, summary_text,
-                  ctx.dynamic_tools)
-    )
+        counts.conversation_chars += len(text.encode("utf-16-le")) // 2
+    return counts
+
+
+class Projector:
+    """A conversation's checkpoint, kept up to date as its history grows (`add`): the provider view
+    (history.Fold), the turns and their steps, the todo, plan, summary and subagent state, and the
+    running sums of the token breakdown. `checkpoint(ctx, pending)` renders the state; only what
+    changed since the last checkpoint is rendered and hashed again."""
+
+    def __init__(self, blobs: Mapping[bytes, bytes] | None = None) -> None:
+        self.blobs = dict(blobs or {})
+        """Bytes of imported roots and turns (an import message names them)."""
+        self.fold = Fold(self.blobs)
+        self.count = 0
+        """Messages folded in."""
+        self.size = 0
+        """Bytes of stored JSON folded in: what the warm cache counts this conversation as."""
+        self.made: dict[bytes, tuple[bytes | None, Refs]] = {}
+        """Blobs made from messages since the run began (`release` forgets them): the only ones a
+        checkpoint can reference that the client may lack."""
+        self.turns: list[_Turn] = []
+        self.imported_turns: list[bytes] = []
+        self.imported = False
+        self.foreign: set[bytes] = set()
+        """The blobs imported checkpoints named: the client's (its roots, the open turn's steps)."""
+        self._round_sizes: dict[str, int | None] = {}
+        self._round_calls: dict[str, list[tuple[int, apb.ToolCall]]] = {}
+        self.last_usage: Mapping | None = None
+        self.summaries: list[Mapping] = []
+        self.todos: list[apb.TodoItem] | None = None
+        """The todo list as the last successful TodoWrite left it (None: no TodoWrite yet)."""
+        self.plan: str | None = None
+        self.read_paths: dict[str, None] = {}
+        self.subagents = subagent_state.Subagents()
+        self.event_ids: set[str] = set()
+        """Runtime event ids (idempotency keys) in history."""
+        self.context_digest: str | None = None
+        """The request-context digest the history showed last (user_input.py)."""
+        self.answered = False
+        """History ends with the model's final answer (a settled text reply)."""
+        self.prompt = PromptSize()
+        self.recorded: set[bytes] = set()
+        """Top-level blob ids recorded as published (the store's GC roots) by this projector."""
+        self._roots: list[bytes] = []
+        """Rendered roots of the view's first `len(self._roots_of)` entries."""
+        self._roots_of = 0
+        self._counts = _Counts()
+        self._counted = 0
+        self._generation = 0
+        self._base: tuple[bytes, apb.ConversationStateStructure, apb.ConversationStateStructure] | None = None
+
+    # ---- folding messages in -----------------------------------------------------------------------
+
+    def extend(self, messages: Sequence, known: Mapping[bytes, bytes] | None = None) -> "Projector":
+        """Fold messages in, oldest first. `known`: bytes of blobs the messages name that are not
+        in them (a state snapshot the run just stored), else the store holds them."""
+        for msg in messages:
+            self.add(msg, known or {})
+        return self
+
+    def add(self, msg, known: Mapping[bytes, bytes] | None = None) -> None:
+        p = msg.payload
+        kind = p["kind"]
+        self.fold.add(msg)
+        self.count += 1
+        self.size += getattr(msg, "size", 0)
+        self.prompt.add(msg, self.blobs)
+        if kind != "tool":
+            self.subagents.add(p)
+        event_id = getattr(msg, "runtime_event_id", None)
+        if event_id:
+            self.event_ids.add(event_id)
+        if p.get("context_digest"):
+            self.context_digest = p["context_digest"]
+        self.answered = kind == "assistant" and not p.get("tool_round_id")
+        current = self.turns[-1] if self.turns else None
+        if kind == "summary":
+            self.last_usage = None  # the provider has not measured the compacted prompt yet
+            self.summaries.append(p)
+        elif kind == "runtime":
+            self._runtime(p, known or {})
+        elif kind == "assistant":
+            if p.get("usage"):
+                self.last_usage = p["usage"]
+            rid = p.get("tool_round_id")
+            if rid is None or rid not in self._round_sizes:
+                if rid is not None:
+                    self._round_sizes[rid] = p["round_size"]
+                self._steps(current, _assistant_steps(p["thinking"], p.get("thinking_ms"), p["text"]))
+        elif kind == "tool":
+            self._tool(p, current)
+        elif kind == "import":
+            self.imported = True
+            self.foreign.update(bytes.fromhex(h) for h in p["roots"])
+            self.imported_turns = [bytes.fromhex(t) for t in p["turns"]]
+            self.turns = []
+            last = p.get("open_turn")
+            if last:  # the last imported turn, decoded so later steps can extend it
+                self.imported_turns = self.imported_turns[:-1]
+                steps = [bytes.fromhex(s) for s in last["steps"]]
+                self.foreign.update(steps)
+                self.turns.append(_Turn(bytes.fromhex(last["user_message"]), last.get("request_id"), steps=steps,
+                                        imported_id=bytes.fromhex(last["id"]), imported_steps=len(steps)))
+
+    def _runtime(self, p: Mapping, known: Mapping[bytes, bytes]) -> None:
+        if p.get("turn"):
+            refs = p.get("blob_refs") or ()
+            state_id = bytes.fromhex(refs[1]) if len(refs) == 2 else None
+            um_refs: Refs = []
+            if state_id is not None:
+                self.made.setdefault(state_id, (known.get(state_id), []))
+                um_refs = [("conversation_state_blob_id", 0, state_id)]
+            um_id = self._made(unb64(p["turn"]["user_message_blob"]), um_refs)
+            self.turns.append(_Turn(um_id, p["turn"]["request_id"], state_id))
+        elif p.get("shell_turn"):
+            shell = (self._made(unb64(p["shell_turn"]["command"])), self._made(unb64(p["shell_turn"]["output"])))
+            self.turns.append(_Turn(b"", None, shell=shell))
+
+    def _tool(self, p: Mapping, current: _Turn | None) -> None:
+        rid = p["tool_round_id"]
+        call = apb.ToolCall.FromString(unb64(p["tool_call"]))
+        calls = self._round_calls.setdefault(rid, [])
+        calls.append((p["call_index"], call))
+        if len(calls) == self._round_sizes[rid]:
+            del self._round_calls[rid]
+            if current is not None and current.shell is None:
+                for _, done in sorted(calls, key=lambda c: c[0]):
+                    current.steps.append(self._made(_step(apb.ConversationStep(tool_call=done))))
+        self.subagents.add(p, call)
+        if not p.get("is_error"):
+            self._tool_state(call)
+
+    def _tool_state(self, call: apb.ToolCall) -> None:
+        """Todos, the plan and read paths come from completed tool calls, never stored twice."""
+        variant = call.WhichOneof("tool")
+        if variant == "update_todos_tool_call" and call.update_todos_tool_call.result.HasField("success"):
+            self.todos = list(call.update_todos_tool_call.result.success.todos)
+        elif variant == "create_plan_tool_call" and call.create_plan_tool_call.result.HasField("success"):
+            self.plan = call.create_plan_tool_call.args.plan
+        elif variant == "read_tool_call" and call.read_tool_call.result.HasField("success"):
+            if call.read_tool_call.args.path:
+                self.read_paths.setdefault(call.read_tool_call.args.path)
+
+    def _steps(self, turn: _Turn | None, steps: Sequence[bytes]) -> None:
+        if turn is None or turn.shell is not None:
+            return
+        turn.steps += [self._made(s) for s in steps]
+
+    def _made(self, data: bytes, refs: Refs = ()) -> bytes:
+        blob_id = sha256(data)
+        self.made.setdefault(blob_id, (data, list(refs)))
+        return blob_id
+
+    def release(self) -> None:
+        """The client holds everything the history named so far (a run's base): forget the bytes."""
+        self.made = {}
+
+    # ---- the checkpoint ----------------------------------------------------------------------------
+
+    def checkpoint(self, ctx: ProjectionContext, pending: Pending | None = None) -> Projection:
+        """The checkpoint of the history folded in so far (plus a staged assistant, `pending`)."""
+        own: dict[bytes, tuple[bytes, Refs]] = {}
+
+        def blob(data: bytes, refs: Refs = ()) -> bytes:
+            blob_id = sha256(data)
+            own.setdefault(blob_id, (data, list(refs)))
+            return blob_id
+
+        base, state = self._base_state(ctx)
+        system = blob(system_root(ctx.system_prompt))
+        roots = [system, *self._view_roots()]
+        last_steps: list[bytes] = []
+        if pending is not None and self.turns and self.turns[-1].shell is None:
+            last_steps = [blob(s) for s in _assistant_steps(pending.item.thinking, pending.thinking_ms,
+                                                           pending.item.text)]
+        turns = self._turn_blobs(last_steps)
+        state.root_prompt_messages_json.extend(roots)
+        state.turns.extend([*self.imported_turns, *(t[0] for t in turns)])
+        if pending is not None:
+            state.pending_tool_calls.append(dumps(pending_json(pending)).decode())
+        usage = pending.usage if pending is not None and pending.usage else self.last_usage
+        self._token_details(state, base, ctx, usage)
+        extra = self._summary_state(state, blob) + self._tool_state_fields(state, blob)
+        self.subagents.apply(state, ctx.parent_tool_call_id)
+        graph = _Graph(roots, [t for t in turns if t[1] is not None], extra, own, self.made, self.foreign)
+        last = self.turns[-1] if self.turns else None
+        return Projection(state, roots_digest(roots), len(last.steps) + len(last_steps) if last else 0, graph)
+
+    def _base_state(self, ctx: ProjectionContext) -> tuple[apb.ConversationStateStructure,
+                                                          apb.ConversationStateStructure]:
+        """(the client's state, its echoed fields: the state without what the history makes)."""
+        if self._base is None or self._base[0] is not ctx.base_state:
+            base = apb.ConversationStateStructure.FromString(ctx.base_state)
+            echo = apb.ConversationStateStructure()
+            echo.CopyFrom(base)
+            for name in ("root_prompt_messages_json", "turns", "pending_tool_calls", "token_details"):
+                echo.ClearField(name)
+            self._base = (ctx.base_state, base, echo)
+        state = apb.ConversationStateStructure()
+        state.CopyFrom(self._base[2])
+        state.mode = ctx.mode
+        return self._base[1], state
+
+    def _view_roots(self) -> list[bytes]:
+        """The view's roots: rendered once per message (a round's once it is complete)."""
+        entries = self.fold.entries
+        if self._generation != self.fold.generation:  # a summary rebuilt the view: count it again
+            self._generation, self._roots, self._roots_of = self.fold.generation, [], 0
+            self._counts, self._counted = _Counts(), 0
+        while self._roots_of < len(entries) and entries[self._roots_of].round is None:
+            self._roots += self._render(entries[self._roots_of])
+            self._roots_of += 1
+        return self._roots + [r for e in entries[self._roots_of:] for r in self._render(e)]
+
+    def _render(self, entry: Entry) -> list[bytes]:
+        if entry.rendered is not None:
+            return entry.rendered
+        roots = []
+        folded = entry.items()  # raises for a round without all its results
+        i = 0
+        while i < len(folded):
+            f = folded[i]
+            if f.imported_root is not None:
+                roots.append(f.imported_root)
+                while i < len(folded) and folded[i].root_group == f.root_group and folded[i].imported_root:
+                    i += 1
+                continue
+            roots.append(self._made(_root(f.item)))
+            i += 1
+        if entry.round is None:
+            entry.rendered = roots
+        return roots
+
+    def _turn_blobs(self, last_steps: list[bytes]) -> list[tuple]:
+        """(id, turn, steps, blob bytes) of each turn (turn None: an imported one kept as it was)."""
+        out: list[tuple] = []
+        last = len(self.turns) - 1
+        for i, turn in enumerate(self.turns):
+            # the last turn still grows: a checkpoint keeps the steps it had
+            steps = turn.steps if i < last else [*turn.steps, *last_steps]
+            if turn.imported_id is not None and len(steps) == turn.imported_steps:
+                out.append((turn.imported_id, None, steps, b""))  # unchanged: the client's own blob
+                continue
+            staged = i == last and bool(last_steps)
+            if turn.rendered is not None and turn.rendered[0] == len(steps) and not staged:
+                _, turn_id, data = turn.rendered
+            else:
+                grown = turn.imported_id is not None and turn.imported_id in self.blobs
+                data = self._imported_turn(turn, steps) if grown else _turn_blob(turn, steps)
+                turn_id = sha256(data)
+                if not staged:
+                    turn.rendered = (len(steps), turn_id, data)
+            out.append((turn_id, turn, steps, data))
+        return out
+
+    def _imported_turn(self, turn: _Turn, steps: Sequence[bytes]) -> bytes:
+        """An imported turn that grew: every field it had, with the steps replaced."""
+        original = apb.ConversationTurnStructure.FromString(self.blobs[turn.imported_id])
+        del original.agent_conversation_turn.steps[:]
+        original.agent_conversation_turn.steps.extend(steps)
+        return original.SerializeToString(deterministic=True)
+
+    def _token_details(self, state: apb.ConversationStateStructure, base: apb.ConversationStateStructure,
+                       ctx: ProjectionContext, usage: Mapping | None) -> None:
+        used = _usage_total(usage)
+        max_tokens = base.token_details.max_tokens or ctx.max_tokens or 0
+        if used is None and self.summaries:  # after a compaction, until the provider measures it again
+            used = prompt_estimate(ctx.system_prompt, ctx.tools, self.fold.transcript())
+        if used is None:
+            if base.HasField("token_details"):
+                state.token_details.CopyFrom(base.token_details)
+            return
+        entries = self.fold.entries
+        while self._counted < len(entries):
+            self._counts.add(_entry_counts(entries[self._counted]))
+            self._counted += 1
+        summary_text = self.summaries[-1]["summary"] if self.summaries else ""  # the latest is always in view
+        state.token_details.used_tokens = used
+        state.token_details.max_tokens = max_tokens
+        state.token_details.breakdown.CopyFrom(_breakdown(
+            used, max_tokens, ctx.system_prompt, ctx.tools, self._counts.sections, self._counts.conversation_chars,
+            summary_text, ctx.dynamic_tools))
+
+    def _summary_state(self, state: apb.ConversationStateStructure, blob: Callable) -> list[bytes]:
+        """summary (6), summary_archive (11), summary_archives (13), self_summary_count (17), from the
+        summary messages in history. A history with none clears them, unless it holds an imported
+        checkpoint (whose own compaction state is echoed)."""
+        if not self.summaries:
+            if not self.imported:
+                for name in ("summary", "summary_archive", "summary_archives", "self_summary_count"):
+                    state.ClearField(name)
+            return []
+        archives = []
+        for p in self.summaries:
+            summary_root = blob(user_root(UserItem(
+                tuple(TextPart(part["text"]) for part in p["parts"] if part["type"] == "text"), wire_id=p["wire_id"])))
+            replaced = [bytes.fromhex(h) for h in p["summarized_roots"]]
+            archive = apb.ConversationSummaryArchive(
+                summarized_messages=replaced, summary=p["summary"], window_tail=p["window_tail"],
+                summary_message=summary_root)
+            archives.append(blob(archive.SerializeToString(deterministic=True),
+                                 [("summary_message", 0, summary_root)]
+                                 + [("summarized_messages", i, r) for i, r in enumerate(replaced)]))
+        latest = self.summaries[-1]["summary"]
+        state.summary = blob(apb.ConversationSummary(summary=latest).SerializeToString(deterministic=True))
+        state.summary_archive = archives[-1]
+        del state.summary_archives[:]
+        state.summary_archives.extend(archives[:-1])
+        state.self_summary_count = len(self.summaries)
+        return [*archives, state.summary]
+
+    def _tool_state_fields(self, state: apb.ConversationStateStructure, blob: Callable) -> list[bytes]:
+        """todos, plan and read paths. Without any TodoWrite in history the client's todos are
+        echoed; read paths extend the client's."""
+        extra = []
+        if self.todos is not None:
+            # Each todo is a blob holding one agent.v1.TodoItem (the field is repeated blob ids).
+            state.ClearField("todos")
+            state.todos.extend(blob(t.SerializeToString(deterministic=True)) for t in self.todos)
+            extra += state.todos
+        if self.plan is not None:  # the current plan: a blob holding agent.v1.ConversationPlan
+            state.plan = blob(apb.ConversationPlan(plan=self.plan).SerializeToString(deterministic=True))
+            extra.append(state.plan)
+        if self.read_paths:
+            client = list(state.read_paths)
+            known = set(client)
+            del state.read_paths[:]
+            state.read_paths.extend(client + [p for p in self.read_paths if p not in known])
+        return extra
+
+    # ---- what the turn asks between checkpoints ------------------------------------------------------
+
+    def unrendered(self) -> int:
+        """View messages a checkpoint would render now (all of them after a cold fold)."""
+        done = self._roots_of if self._generation == self.fold.generation else 0
+        return len(self.fold.entries) - done
+
+    def transcript(self) -> tuple:
+        """What the provider sees (compactions applied)."""
+        return self.fold.transcript()
+
+    def roots_with_summary(self, summary: Mapping) -> tuple[list[bytes], list[bytes]]:
+        """(the view's roots now, its roots if `summary` were appended), system root left out."""
+        return self._view_roots(), [r for e in self.fold.with_summary(summary) for r in self._render(e)]
+
+    def prompt_tokens(self, system_prompt: str, tools: Sequence[ToolSpec]) -> int:
+        """The next prompt's size (compaction.py): reported and estimated (`PromptSize`)."""
+        return self.prompt.tokens(system_prompt, tools, self.transcript)
+
+    def current_todos(self) -> list[apb.TodoItem]:
+        return list(self.todos or ())
+
+
+def _root(item) -> bytes:
+    if isinstance(item, UserItem):
+        return user_root(item)
+    if isinstance(item, AssistantItem):
+        return dumps(assistant_json(item))
+    return tool_root([item])
+
+
+def project(messages: Sequence, ctx: ProjectionContext, *, blobs: Mapping[bytes, bytes] | None = None,
+            pending: Pending | None = None) -> Projection:
+    """The cold path: the checkpoint of a whole history, folded at once. `blobs` supplies the bytes
+    of imported roots and turns (they are referenced, never re-rendered)."""
+    return Projector(blobs).extend(messages).checkpoint(ctx, pending)
+
+
+def current_todos(messages: Sequence) -> list[apb.TodoItem]:
+    """The todo list as the last successful TodoWrite in history left it."""
+    return Projector().extend(messages).current_todos()
+
+
+# ---- the size of the next prompt (compaction.py) -------------------------------------------------
+
+
+def reported_prompt(usage: Mapping, replay: Mapping | None) -> int | None:
+    """The prompt size a provider reported for one call. Anthropic counts cached input apart from
+    `input_tokens`; the OpenAI dialects include it."""
+    if usage.get("input_tokens") is None:
+        return None
+    total = int(usage["input_tokens"])
+    if (replay or {}).get("kind") == "anthropic":
+        total += int(usage.get("cache_read_tokens") or 0) + int(usage.get("cache_write_tokens") or 0)
+    return total
+
+
+def message_estimate(message, blobs: Mapping[bytes, bytes] | None = None) -> int:
+    """Estimated tokens one stored message adds to a prompt."""
+    p = message.payload
+    kind = p["kind"]
+    if kind in ("runtime", "summary"):
+        text = "".join(part.get("text", "") for part in p["parts"])
+        images = sum(1 for part in p["parts"] if part.get("type") == "image")
+        return estimate_tokens(text)[0] + 1000 * images  # an image costs roughly a thousand tokens
+    if kind == "assistant":
+        return estimate_tokens(p["text"] + p["thinking"] + "".join(
+            c["name"] + c["arguments"] for c in p["tool_calls"]))[0]
+    if kind == "tool":
+        return estimate_tokens(p["content"])[0]
+    if kind == "import":
+        size = sum(len((blobs or {}).get(bytes.fromhex(h), b"")) for h in p["roots"])
+        return round(size * 0.3)
+    return 0
+
+
+@dataclass
+class PromptSize:
+    """The next prompt's size as history grows: the last provider-reported prompt and output, plus
+    an estimate of the messages added since. After a compaction (or with nothing reported yet)
+    all of it is estimated."""
+
+    reported: int | None = None
+    call: str | None = None
+    """The model call that reported it (its other tool-round pairs add nothing)."""
+    added: int = 0
+
+    def add(self, message, blobs: Mapping[bytes, bytes] | None = None) -> None:
+        p = message.payload
+        if p["kind"] == "summary":
+            self.reported, self.call, self.added = None, None, 0
+            return
+        if p["kind"] == "assistant" and p.get("usage"):
+            size = reported_prompt(p["usage"], p.get("replay"))
+            if size is not None:
+                self.reported = size + int(p["usage"].get("output_tokens") or 0)
+                self.call, self.added = p.get("model_call_id"), 0
+                return
+        if self.reported is not None and not (p["kind"] == "assistant" and p.get("model_call_id") == self.call):
+            self.added += message_estimate(message, blobs)
+
+    def tokens(self, system_prompt: str, tools: Sequence[ToolSpec], transcript: Callable[[], Sequence]) -> int:
+        if self.reported is None:
+            return prompt_estimate(system_prompt, tools, transcript())
+        return self.reported + self.added

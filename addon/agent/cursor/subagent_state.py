@@ -15,7 +15,7 @@ Entries the client sent that no history here touches are kept (its state is echo
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from byok.proto import agent_pb2 as apb
 
@@ -32,18 +32,44 @@ RUN_STATUS = {
 """A subagent's background completion status -> its run status (the only statuses a completion may carry)."""
 
 
+class Subagents:
+    """What history says about subagents, message by message: the Task results and background
+    completions (applied to a checkpoint in their order), and the current turn's progress calls."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple] = []
+        self.progress: list[apb.CommunicateUpdateToolCall] | None = None
+        """The current turn's successful UpdateCurrentStep calls (None: none yet)."""
+
+    def add(self, payload: Mapping, call: apb.ToolCall | None = None) -> None:
+        """One stored message; `call` is a tool message's decoded ToolCall (decoded when None)."""
+        p = payload
+        if p["kind"] == "tool" and p["name"] in ("Task", "UpdateCurrentStep"):
+            call = call if call is not None else apb.ToolCall.FromString(base64.b64decode(p["tool_call"]))
+            if p["name"] == "Task":
+                self.events.append((_task, call, p["call_id"], bool(p.get(task_codec.USER_STOPPED_MARK))))
+            elif not p.get("is_error") and call.communicate_update_tool_call.result.HasField("success"):
+                self.progress = [*(self.progress or ()), call.communicate_update_tool_call]
+        elif p["kind"] == "runtime":
+            if p.get(COMPLETION_KEY):
+                self.events.append((_completion, p[COMPLETION_KEY]))
+            if p.get("turn"):
+                self.progress = None  # a new turn: its progress starts over
+
+    def apply(self, state: apb.ConversationStateStructure, parent_tool_call_id: str | None) -> None:
+        for apply_event, *args in self.events:
+            apply_event(state, *args)
+        if parent_tool_call_id and self.progress is not None:
+            state.communicate_update_states_by_parent_tool_call_id[parent_tool_call_id].CopyFrom(
+                _progress(self.progress))
+
+
 def fold(state: apb.ConversationStateStructure, messages: Sequence, parent_tool_call_id: str | None) -> None:
+    """The subagent fields of a checkpoint, from a whole history."""
+    folded = Subagents()
     for msg in messages:
-        p = msg.payload
-        if p["kind"] == "tool" and p["name"] == "Task":
-            _task(state, apb.ToolCall.FromString(base64.b64decode(p["tool_call"])), p["call_id"],
-                  bool(p.get(task_codec.USER_STOPPED_MARK)))
-        elif p["kind"] == "runtime" and p.get(COMPLETION_KEY):
-            _completion(state, p[COMPLETION_KEY])
-    if parent_tool_call_id:
-        progress = _progress(messages)
-        if progress is not None:
-            state.communicate_update_states_by_parent_tool_call_id[parent_tool_call_id].CopyFrom(progress)
+        folded.add(msg.payload)
+    folded.apply(state, parent_tool_call_id)
 
 
 def _task(state: apb.ConversationStateStructure, call: apb.ToolCall, call_id: str, user_stopped: bool) -> None:
@@ -102,23 +128,10 @@ def _completion(state: apb.ConversationStateStructure, c: dict) -> None:
         run.completion_reason = c["reason"]
 
 
-def _progress(messages: Sequence) -> apb.CommunicateUpdateTurnState | None:
-    """The current turn's UpdateCurrentStep calls (the turn starts at its runtime message)."""
-    start = 0
-    for i, msg in enumerate(messages):
-        p = msg.payload
-        if p["kind"] == "runtime" and p.get("turn"):
-            start = i
+def _progress(calls: Sequence[apb.CommunicateUpdateToolCall]) -> apb.CommunicateUpdateTurnState:
+    """The current turn's UpdateCurrentStep calls as the turn's progress state."""
     out = apb.CommunicateUpdateTurnState()
-    found = False
-    for msg in messages[start:]:
-        p = msg.payload
-        if p["kind"] != "tool" or p["name"] != "UpdateCurrentStep" or p.get("is_error"):
-            continue
-        call = apb.ToolCall.FromString(base64.b64decode(p["tool_call"])).communicate_update_tool_call
-        if not call.result.HasField("success"):
-            continue
-        found = True
+    for call in calls:
         args = call.args
         if args.HasField("current_step") and args.current_step:
             out.history.add(step=args.current_step, message_index=call.result.success.message_index)
@@ -126,4 +139,4 @@ def _progress(messages: Sequence) -> apb.CommunicateUpdateTurnState | None:
             out.final_summary = args.final_summary
         if args.HasField("completed_subtitle") and args.completed_subtitle:
             out.completed_subtitle = args.completed_subtitle
-    return out if found else None
+    return out
