@@ -224,7 +224,7 @@ class Turn:
         if state.root_prompt_messages_json and state.root_prompt_messages_json[0] == system_id:
             held.add(system_id)
         self.history.release()
-        self.base_state, self.base_state_bytes = base.state, base.state_bytes()
+        self.base_state_bytes = base.state_bytes()
 
     async def _import_blobs(self, messages) -> dict[bytes, bytes]:
         ids = []
@@ -274,7 +274,7 @@ class Turn:
                 await self._runtime_parts(action, action_context), action.user_message, event_id=event_id,
                 request_id=run.request_id, state_blob=self.base_state_bytes)
             payload.update(payload_extra or {})
-            snapshot = [user_input.snapshot(self.base_state, self.base_state_bytes)]
+            snapshot = [user_input.snapshot(self.base_state_bytes)]
         await self._append([NewMessage("user", "runtime", payload, event_id, run.request_id)], blobs=snapshot)
         # The initial checkpoint's ACK round trips overlap the provider's time to first token: the
         # first model event waits for it (frame order is unchanged), and so does a failure.
@@ -369,9 +369,9 @@ class Turn:
         """Record a published checkpoint: its revision, and (as GC roots) the blobs it references
         directly that this conversation did not record before."""
         recorded = self.history.recorded
-        added = [blob_id for blob_id in projection.top_level_ids() if blob_id not in recorded]
+        added = set(projection.top_level_ids()) - recorded
         await self.svc.store.record_published(self.conversation_id, projection.roots_digest, revision, added)
-        recorded.update(added)
+        recorded |= added
 
     async def _publish(self, *projections: proj.Projection, revision: int | None = None) -> None:
         """SET what the client lacks, wait for every ACK, then record and emit the states."""

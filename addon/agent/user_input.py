@@ -121,7 +121,9 @@ def turn_payload(rendered: Rendered, user_message: apb.UserMessage, *, event_id:
     return payload, shown
 
 
-def snapshot(state: apb.ConversationStateStructure, state_blob: bytes) -> tuple[bytes, bytes, list[BlobRef]]:
-    """A turn's state snapshot as the store keeps it (id, bytes, reference edges): appended in the
-    same transaction as the message that names it."""
-    return proj.sha256(state_blob), state_blob, [BlobRef(*ref) for ref in proj.state_refs(state)]
+def snapshot(state_blob: bytes) -> tuple[bytes, bytes, list[BlobRef]]:
+    """A turn's state snapshot as the store keeps it (id, bytes, reference edges), appended in the
+    same transaction as the message that names it. Stored without edges: it names every root and
+    turn of its time, so edges would cost rows in proportion to the history on every turn, and what
+    it names is kept by the published checkpoints that named it first."""
+    return proj.sha256(state_blob), state_blob, []

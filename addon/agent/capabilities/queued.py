@@ -307,7 +307,7 @@ class Queue(TurnHooks):
                     payload, user_message = user_input.turn_payload(
                         rendered, message, event_id=item.event_id, request_id=run.request_id,
                         state_blob=state.state_bytes())
-                    snapshot = [user_input.snapshot(state.state, state.state_bytes())]
+                    snapshot = [user_input.snapshot(state.state_bytes())]
             else:
                 system = item.action.inject_context_action.system_context
                 payload = existing.payload if existing is not None else history.runtime_user_payload(

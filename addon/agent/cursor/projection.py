@@ -163,10 +163,16 @@ class Projection:
 
     def top_level_ids(self) -> list[bytes]:
         """The blobs the state references directly: the store's GC roots for this checkpoint (the
-        rest is reachable through the blob reference edges)."""
-        state = self.state
-        ids = [*state.root_prompt_messages_json, *state.turns, *state.todos, *state.summary_archives]
-        ids += [b for b in (state.plan, state.summary, state.summary_archive) if b]
+        rest is reachable through the blob reference edges). From the lists the checkpoint was built
+        from: reading them back out of the message would copy every id."""
+        state, graph = self.state, self.graph
+        ids = [*graph.roots, *graph.imported_turns, *(t[0] for t in graph.turns), *graph.extra]
+        if not graph.summaries:  # the summary fields are the client's, echoed
+            ids += [*state.summary_archives, *(b for b in (state.summary, state.summary_archive) if b)]
+        if graph.todos_echoed:
+            ids += state.todos
+        if graph.plan_echoed and state.plan:
+            ids.append(state.plan)
         return ids
 
     def state_bytes(self) -> bytes:
@@ -318,13 +324,6 @@ def _turn_refs(turn: _Turn, steps: Sequence[bytes]) -> Refs:
     return [("user_message", 0, turn.user_message_id)] + [("steps", i, s) for i, s in enumerate(steps)]
 
 
-def state_refs(state: apb.ConversationStateStructure) -> Refs:
-    """A state snapshot blob's reference edges (stored with it)."""
-    return ([("root_prompt_messages_json", i, r) for i, r in enumerate(state.root_prompt_messages_json)]
-            + [("turns", i, t) for i, t in enumerate(state.turns)]
-            + [("todos", i, t) for i, t in enumerate(state.todos)])
-
-
 def _turn_blob(turn: _Turn, steps: Sequence[bytes]) -> bytes:
     if turn.shell is not None:
         shell = apb.ShellConversationTurnStructure(shell_command=turn.shell[0], shell_output=turn.shell[1])
@@ -455,6 +454,12 @@ class _Graph:
     """The projector's blobs made since its run began."""
     foreign: Container[bytes]
     """Blobs of an imported client checkpoint: the client's own, never SET back."""
+    imported_turns: Sequence[bytes] = ()
+    summaries: bool = False
+    """The history has summaries (else the state's summary fields are echoed from the client's)."""
+    todos_echoed: bool = False
+    """No TodoWrite in history: the state's todos are the client's, echoed."""
+    plan_echoed: bool = False
 
     def _blob(self, blob_id: bytes) -> NewBlob:
         found = self.own.get(blob_id) or self.made.get(blob_id)
@@ -577,6 +582,9 @@ class Projector:
         self._roots_of = 0
         self._counts = _Counts()
         self._counted = 0
+        self._closed: list[tuple] = []
+        """_turn_blobs of every turn but the last (of the turn list `_closed_of`)."""
+        self._closed_of: list[_Turn] = self.turns
         self._generation = 0
         self._base: tuple[bytes, apb.ConversationStateStructure, apb.ConversationStateStructure] | None = None
 
@@ -713,7 +721,9 @@ class Projector:
         self._token_details(state, base, ctx, usage)
         extra = self._summary_state(state, blob) + self._tool_state_fields(state, blob)
         self.subagents.apply(state, ctx.parent_tool_call_id)
-        graph = _Graph(roots, [t for t in turns if t[1] is not None], extra, own, self.made, self.foreign)
+        graph = _Graph(roots, [t for t in turns if t[1] is not None], extra, own, self.made, self.foreign,
+                       [*self.imported_turns, *(t[0] for t in turns if t[1] is None)], bool(self.summaries),
+                       self.todos is None, self.plan is None)
         last = self.turns[-1] if self.turns else None
         return Projection(state, roots_digest(roots), len(last.steps) + len(last_steps) if last else 0, graph)
 
@@ -763,26 +773,28 @@ class Projector:
         return roots
 
     def _turn_blobs(self, last_steps: list[bytes]) -> list[tuple]:
-        """(id, turn, steps, blob bytes) of each turn (turn None: an imported one kept as it was)."""
-        out: list[tuple] = []
-        last = len(self.turns) - 1
-        for i, turn in enumerate(self.turns):
-            # the last turn still grows: a checkpoint keeps the steps it had
-            steps = turn.steps if i < last else [*turn.steps, *last_steps]
-            if turn.imported_id is not None and len(steps) == turn.imported_steps:
-                out.append((turn.imported_id, None, steps, b""))  # unchanged: the client's own blob
-                continue
-            staged = i == last and bool(last_steps)
-            if turn.rendered is not None and turn.rendered[0] == len(steps) and not staged:
-                _, turn_id, data = turn.rendered
-            else:
-                grown = turn.imported_id is not None and turn.imported_id in self.blobs
-                data = self._imported_turn(turn, steps) if grown else _turn_blob(turn, steps)
-                turn_id = sha256(data)
-                if not staged:
-                    turn.rendered = (len(steps), turn_id, data)
-            out.append((turn_id, turn, steps, data))
-        return out
+        """(id, turn, steps, blob bytes) of each turn (turn None: an imported one kept as it was).
+        Only the last turn grows: the others' are kept from when they were rendered last."""
+        if self._closed_of is not self.turns:  # an import began a new turn list
+            self._closed, self._closed_of = [], self.turns
+        while len(self._closed) < len(self.turns) - 1:
+            self._closed.append(self._turn_record(self.turns[len(self._closed)], []))
+        # the last turn still grows: a checkpoint keeps the steps it had
+        return self._closed + ([self._turn_record(self.turns[-1], last_steps)] if self.turns else [])
+
+    def _turn_record(self, turn: _Turn, pending_steps: list[bytes]) -> tuple:
+        steps = [*turn.steps, *pending_steps]
+        if turn.imported_id is not None and len(steps) == turn.imported_steps:
+            return turn.imported_id, None, steps, b""  # unchanged: the client's own blob
+        if turn.rendered is not None and turn.rendered[0] == len(steps) and not pending_steps:
+            _, turn_id, data = turn.rendered
+        else:
+            grown = turn.imported_id is not None and turn.imported_id in self.blobs
+            data = self._imported_turn(turn, steps) if grown else _turn_blob(turn, steps)
+            turn_id = sha256(data)
+            if not pending_steps:
+                turn.rendered = (len(steps), turn_id, data)
+        return turn_id, turn, steps, data
 
     def _imported_turn(self, turn: _Turn, steps: Sequence[bytes]) -> bytes:
         """An imported turn that grew: every field it had, with the steps replaced."""
