@@ -780,6 +780,32 @@ class Store:
                     [[row.get(c, 0 if c == "flags" else None) for c in self.FRAME_COLUMNS] for row in rows],
                 )
 
+    STREAM_COLUMNS = ("request_id", "rpc", "host", "http_version", "header_names", "headers", "first_kinds", "route",
+                      "started_ms", "request_end_ms", "response_end_ms", "error")
+    APPEND_COLUMNS = ("request_id", "seqno", "form", "content_type", "content_encoding", "kind", "problem",
+                      "arrived_us")
+
+    def record_wire_facts(self, streams: Sequence[dict] = (), appends: Sequence[dict] = (),
+                          hosts: Sequence[dict] = ()) -> None:
+        """What `cursor-byok verify` reads besides frames (migration m010): finished agent streams,
+        BidiAppend arrivals, and per-host counts of what the router made of each flow (summed)."""
+        least, greatest = ("least", "greatest") if self.db.dialect == "postgresql" else ("min", "max")
+        with self.db.atomic():
+            for table, columns, rows in (("rpc_streams", self.STREAM_COLUMNS, streams),
+                                         ("bidi_appends", self.APPEND_COLUMNS, appends)):
+                if rows:
+                    self.db.executemany(
+                        f"INSERT INTO {table}({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                        [[row.get(c) for c in columns] for row in rows])
+            for h in hosts:
+                self.db.execute(
+                    "INSERT INTO wire_hosts AS w(host, rpc, matched, count, first_seen_ms, last_seen_ms)"
+                    " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(host, rpc) DO UPDATE SET"
+                    " count = w.count + excluded.count, matched = excluded.matched,"
+                    f" first_seen_ms = {least}(w.first_seen_ms, excluded.first_seen_ms),"
+                    f" last_seen_ms = {greatest}(w.last_seen_ms, excluded.last_seen_ms)",
+                    [h["host"], h["rpc"], int(h["matched"]), h["count"], h["first_seen_ms"], h["last_seen_ms"]])
+
     def next_frame_seq(self, request_id: str, direction: str) -> int:
         """The next frame number of (request, direction): 0 for a request never recorded."""
         row = self.db.execute(
