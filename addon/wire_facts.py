@@ -36,6 +36,8 @@ FIRST_BYTES_MAX = 4 * 1024 * 1024
 OPEN_AFTER_RESPONSE_MS = 120_000
 """A Run whose request is still open this long after its response ended is written as it is."""
 MAX_OPEN = 4096
+OPEN_AT_SHUTDOWN = "open at shutdown"
+"""The `error` of a stream still open when the proxy stopped (cli/assumptions.py reads it)."""
 
 
 def now_ms() -> int:
@@ -212,6 +214,8 @@ class WireFacts:
             stale = row["response_end_ms"] is not None and row["response_end_ms"] < cutoff
             if everything or stale:
                 del self._open[flow_id]
+                if everything and not stale and row["error"] is None:
+                    row["error"] = OPEN_AT_SHUTDOWN
                 if row["request_id"] is not None:
                     self._done.append(row)
         streams, self._done = self._done, []
