@@ -10,6 +10,7 @@ import argparse
 import importlib
 
 COMMANDS = {
+    "setup": "byok.cli.setup",
     "smoke": "byok.cli.smoke",
     "trace": "byok.cli.trace",
     "usage": "byok.cli.usage",

@@ -331,7 +331,8 @@ def cursor_settings_path(os_name: str) -> Path:
 
 
 def parse_jsonc(text: str) -> dict:
-    """settings.json is JSON with comments and trailing commas (VS Code's JSONC)."""
+    """settings.json is JSON with comments and trailing commas (VS Code's JSONC), maybe after a BOM."""
+    text = text.removeprefix("\ufeff")
     out, i, n = [], 0, len(text)
     while i < n:
         c = text[i]
