@@ -10,7 +10,6 @@ nothing is installed or changed, and every path can be pointed elsewhere (tests 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import socket
@@ -332,27 +331,9 @@ def cursor_settings_path(os_name: str) -> Path:
 
 def parse_jsonc(text: str) -> dict:
     """settings.json is JSON with comments and trailing commas (VS Code's JSONC), maybe after a BOM."""
-    text = text.removeprefix("\ufeff")
-    out, i, n = [], 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == '"':
-            j = i + 1
-            while j < n and text[j] != '"':
-                j += 2 if text[j] == "\\" else 1
-            out.append(text[i:j + 1])
-            i = j + 1
-        elif text.startswith("//", i):
-            end = text.find("\n", i)
-            i = n if end < 0 else end
-        elif text.startswith("/*", i):
-            end = text.find("*/", i + 2)
-            i = n if end < 0 else end + 2
-        else:
-            out.append(c)
-            i += 1
-    cleaned = re.sub(r",(\s*[}\]])", r"\1", "".join(out))
-    return json.loads(cleaned) if cleaned.strip() else {}
+    from .jsonc import parse
+
+    return parse(text)
 
 
 def _same_proxy(a: str, b: str) -> bool:

@@ -159,6 +159,32 @@ def top_object(text: str) -> TopObject | None:
     return TopObject(open_at, close, tuple(members))
 
 
+def parse(text: str) -> dict:
+    """The settings as a dict: comments dropped, trailing commas (outside strings) ignored, a BOM
+    allowed. Raises ValueError for a document that does not read."""
+    text = text.removeprefix("\ufeff")
+    s = _Scanner(text)
+    out, n = [], len(text)
+    while s.i < n:
+        c = text[s.i]
+        if c == '"':
+            start = s.i
+            s.string()
+            out.append(text[start:s.i])
+        elif text.startswith("//", s.i) or text.startswith("/*", s.i):
+            s.skip()
+        elif c == ",":
+            s.i += 1
+            s.skip()
+            if s.i >= n or text[s.i] not in "}]":
+                out.append(",")
+        else:
+            out.append(c)
+            s.i += 1
+    cleaned = "".join(out)
+    return json.loads(cleaned) if cleaned.strip() else {}
+
+
 def _newline(text: str) -> str:
     return "\r\n" if "\r\n" in text else "\n"
 

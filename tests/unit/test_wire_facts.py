@@ -6,7 +6,6 @@ made of its flows."""
 from __future__ import annotations
 
 import asyncio
-import gzip
 import json
 import sqlite3
 import time
