@@ -37,6 +37,14 @@ def run_flow(request_id: str, *, secret: str = "Bearer sk-secret-token"):
     return flow
 
 
+def open_run(recorder, request_id: str, **metadata):
+    """A Run flow as the recorder sees it: its headers, then the backend's routing, then the tee."""
+    flow = run_flow(request_id)
+    recorder.requestheaders(flow)
+    flow.metadata.update(byok_request_id=request_id, **metadata)
+    return flow, recorder.tee_request(flow)
+
+
 def query(db_path, sql: str) -> list[tuple]:
     db = sqlite3.connect(db_path)
     try:
@@ -49,11 +57,8 @@ def test_a_run_keeps_protocol_headers_first_messages_and_both_ends(tmp_path):
     async def scenario():
         recorder, store = await recorder_with_store(tmp_path)
         with taddons.context(Options(), recorder):
-            flow = run_flow("req-run")
-            recorder.requestheaders(flow)
+            flow, tee = open_run(recorder, "req-run", byok="observe")
             flow.request.headers["x-byok-run-stream"] = "token"  # the backend's own, after the snapshot
-            flow.metadata.update(byok="observe", byok_request_id="req-run")
-            tee = recorder.tee_request(flow)
             run_request = apb.AgentClientMessage(run_request=user_turn_request("hi", model_id="m",
                                                                                 conversation_id="c"))
             body = connect.encode_envelope(HEARTBEAT.SerializeToString()) + connect.encode_envelope(
@@ -89,10 +94,7 @@ def test_a_run_whose_request_stays_open_long_after_its_response_is_written_as_it
     async def scenario():
         recorder, store = await recorder_with_store(tmp_path)
         with taddons.context(Options(), recorder):
-            flow = run_flow("req-open")
-            recorder.requestheaders(flow)
-            flow.metadata.update(byok="run", byok_request_id="req-open")
-            recorder.tee_request(flow)
+            flow, _ = open_run(recorder, "req-open", byok="run")
             flow.response.timestamp_end = time.time() - OPEN_AFTER_RESPONSE_MS / 1000 - 1
             recorder.response(flow)
             await recorder.flush()
@@ -107,14 +109,8 @@ def test_a_relay_leg_is_not_a_client_stream_and_a_reset_run_keeps_its_error(tmp_
     async def scenario():
         recorder, store = await recorder_with_store(tmp_path)
         with taddons.context(Options(), recorder):
-            relay = run_flow("req-relay")
-            recorder.requestheaders(relay)
-            relay.metadata.update(byok="upstream", byok_request_id="req-relay", byok_relay=True)
-            recorder.tee_request(relay)
-            reset = run_flow("req-reset")
-            recorder.requestheaders(reset)
-            reset.metadata.update(byok="run", byok_request_id="req-reset")
-            recorder.tee_request(reset)
+            relay, _ = open_run(recorder, "req-relay", byok="upstream", byok_relay=True)
+            reset, _ = open_run(recorder, "req-reset", byok="run")
             relay.response.timestamp_end = relay.request.timestamp_end = 5.0
             recorder.request(relay)
             recorder.response(relay)

@@ -108,6 +108,14 @@ class Traffic:
             id=7, get_blob_result=result)), ts + 5, conversation=conversation)
 
 
+def record(target: str, scenario) -> None:
+    t = Traffic(target)
+    try:
+        scenario(t)
+    finally:
+        t.close()
+
+
 def verify_json(target: str, capsys, *extra: str) -> tuple[int, dict, str]:
     code = main(["verify", "--db", target, "--json", *extra])
     out = capsys.readouterr().out
@@ -134,9 +142,7 @@ def confirming(t: Traffic) -> None:
 
 
 def test_traffic_that_fits_confirms_every_assumption_recorded(db_target, capsys):
-    t = Traffic(db_target)
-    confirming(t)
-    t.close()
+    record(db_target, confirming)
     code, got, out = verify_json(db_target, capsys)
     assert code == 0
     assert {i: a["verdict"] for i, a in got.items()} == {
@@ -201,9 +207,7 @@ def contradicting(t: Traffic) -> None:
 
 
 def test_traffic_that_does_not_fit_contradicts_each_assumption_with_an_example(db_target, capsys):
-    t = Traffic(db_target)
-    contradicting(t)
-    t.close()
+    record(db_target, contradicting)
     code, got, out = verify_json(db_target, capsys)
     assert code == 1
     expected = {
@@ -236,9 +240,7 @@ def test_traffic_that_does_not_fit_contradicts_each_assumption_with_an_example(d
 
 def test_human_output_names_the_verdict_the_example_and_the_docs(tmp_path, capsys):
     target = str(tmp_path / "b.db")
-    t = Traffic(target)
-    contradicting(t)
-    t.close()
+    record(target, contradicting)
     assert main(["verify", "--db", target]) == 1
     out = capsys.readouterr().out
     assert re.search(r"^CONTRADICTED\s+run\.request_end\s", out, re.M)
@@ -250,9 +252,7 @@ def test_human_output_names_the_verdict_the_example_and_the_docs(tmp_path, capsy
 
 def test_since_leaves_out_older_traffic(tmp_path, capsys):
     target = str(tmp_path / "b.db")
-    t = Traffic(target)
-    contradicting(t)
-    t.close()
+    record(target, contradicting)
     code, got, _ = verify_json(target, capsys, "--since", "2026-01-03")
     assert code == 0
     assert {a["verdict"] for a in got.values()} == {"not_seen"}
