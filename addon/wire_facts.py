@@ -121,10 +121,10 @@ class WireFacts:
     def saw_flow(self, flow: http.HTTPFlow) -> None:
         """Count this flow for its host (requestheaders). Only Cursor's hosts and agent RPCs count."""
         host = (flow.request.pretty_host or flow.request.host or "").lower()
-        rpc = classify(flow, EVERY_HOST)
         matched = is_cursor_host(host)
         if not (matched or host.endswith(".cursor.sh") or path_of(flow) in AGENT_PATHS):
-            return
+            return  # not Cursor's: nothing more to do on the loop
+        rpc = classify(flow, EVERY_HOST)
         label = rpc.value if rpc is not None else "other"
         ts = now_ms()
         row = self._hosts.get((host, label))
