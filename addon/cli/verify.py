@@ -71,7 +71,10 @@ def run(args: argparse.Namespace) -> int:
         conn = open_db(args.db or default_db())
     except FileNotFoundError as e:
         return fail(str(e))
-    data = report(conn, args.since)
+    try:
+        data = report(conn, args.since)
+    finally:
+        conn.close()
     contradicted = data["verdicts"]["contradicted"]
     if args.json:
         emit_json(data)
