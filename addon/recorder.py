@@ -134,8 +134,6 @@ class FrameWriter:
         for row in rows:
             row["conversation_id"] = self._conversations.get(row["request_id"])
         store.record_frames(rows)
-        if streams or appends or hosts:
-            store.record_wire_facts(streams, appends, hosts)
         self._release_parked(store)
         tallied = self.drift.take()
         if tallied:
@@ -143,6 +141,8 @@ class FrameWriter:
         for request_id, conversation_id in learned.items():
             # frames of this request written before its run_request was seen
             store.fill_frame_conversation(request_id, conversation_id)
+        if streams or appends or hosts:  # last: what verify reads never holds up the frames
+            store.record_wire_facts(streams, appends, hosts)
         return len(rows)
 
     def _row(self, store, item: Captured, learned: dict[str, str], appends: list[dict]) -> dict | None:

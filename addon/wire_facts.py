@@ -187,7 +187,9 @@ class WireFacts:
         row["route"] = flow.metadata.get("byok")
         ended = row["response_end_ms"] is not None or row["error"] is not None
         if ended and (row["request_end_ms"] is not None or row["error"] is not None):
-            self._done.append(self._open.pop(flow.id))
+            del self._open[flow.id]
+            if row["request_id"] is not None:  # a Run nobody routed (not a Cursor host) has none
+                self._done.append(row)
 
     def _row(self, flow: http.HTTPFlow, rpc: str) -> dict:
         names, values = header_facts(flow.request)

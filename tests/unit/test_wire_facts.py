@@ -126,6 +126,28 @@ def test_a_relay_leg_is_not_a_client_stream_and_a_reset_run_keeps_its_error(tmp_
         ("req-reset", None, None, "stream reset by client")]
 
 
+def test_a_run_nobody_routed_leaves_no_row_and_does_not_stop_the_batch(tmp_path):
+    """A Run to a host outside byok_hosts is never given a request id (no tee): it is not a stream
+    row, and the frames and appends flushed with it are still written."""
+    async def scenario():
+        recorder, store = await recorder_with_store(tmp_path)
+        with taddons.context(Options(), recorder):
+            flow = run_flow("req-unrouted")
+            recorder.requestheaders(flow)
+            flow.request.timestamp_end = flow.response.timestamp_end = time.time()
+            recorder.request(flow)
+            recorder.response(flow)
+            recorder.sink_for("req-other")("down", "end_stream", b"{}", connect.FLAG_END_STREAM)
+            recorder.response(append_flow(run_request_append("req-other", "c"), "answered"))
+            await recorder.flush()
+        await store.close()
+
+    asyncio.run(scenario())
+    assert query(tmp_path / "b.db", "SELECT count(*) FROM rpc_streams") == [(0,)]
+    assert query(tmp_path / "b.db", "SELECT request_id FROM frames") == [("req-other",)]
+    assert query(tmp_path / "b.db", "SELECT request_id, seqno FROM bidi_appends") == [("req-other", 0)]
+
+
 def test_a_runsse_is_noted_at_its_request_with_the_route_it_took(tmp_path):
     async def scenario():
         recorder, store = await recorder_with_store(tmp_path)
