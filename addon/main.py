@@ -6,6 +6,7 @@ from .access import ClientAccess
 from .agent.config import ProvidersFile
 from .backend import Backend
 from .contentview import ContentViewRegistrar
+from .dashboard.addon import DashboardEndpoint
 from .duplex import VersionGate
 from .models import ModelListInjector
 from .options import Options
@@ -43,5 +44,6 @@ def make_addons() -> list:
         StatusEndpoint(providers),
         ServerConfigRewriter(),
         backend,
+        DashboardEndpoint(backend),  # after the backend: reads its settings, runtime and stream server
         StoreWiring(backend, recorder),
     ]

@@ -29,6 +29,8 @@ RUN_STREAM_HEADER = "x-byok-run"
 
 RunStreamHandler = Callable[[str, "ChunkedBody", "ChunkedResponse"], Awaitable[None]]
 """(token from x-byok-run, request body, response) -> serves one HTTP/2 Run."""
+RouteHandler = Callable[[dict[str, str], "ChunkedResponse"], Awaitable[None]]
+"""(request headers, response) -> streams one response (e.g. the dashboard's server-sent events)."""
 
 
 class BodyAborted(Exception):
@@ -103,6 +105,14 @@ class StreamServer:
         self._server: asyncio.base_events.Server | None = None
         self.port = 0
         self._conns: set[asyncio.Task] = set()
+        self._routes: dict[str, RouteHandler] = {}
+        self.stopping = asyncio.Event()
+        """Set when the server stops: long-lived streams (route handlers) end at once."""
+
+    def route(self, header: str, handler: RouteHandler) -> None:
+        """Requests carrying `header` (lower-case) go to `handler`, one per connection; the flow that
+        points a request here sets the header (its value is the handler's to check)."""
+        self._routes[header.lower()] = handler
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
@@ -110,6 +120,7 @@ class StreamServer:
 
     async def stop(self, timeout: float = 5.0) -> None:
         """Stop accepting; give open streams `timeout` to write their end-stream, then cut them."""
+        self.stopping.set()
         if self._server is not None:
             self._server.close()
         if self._conns:
@@ -132,6 +143,10 @@ class StreamServer:
                     await self._run_stream(headers[RUN_STREAM_HEADER], ChunkedBody(reader), ChunkedResponse(writer))
                     return  # one Run per connection (mitmproxy does not reuse HTTP/2-to-1 connections)
                 await _drain_body(reader, headers)
+                route = next((self._routes[name] for name in self._routes if name in headers), None)
+                if route is not None:
+                    await route(headers, ChunkedResponse(writer))
+                    return
                 request_id = headers.get(RUN_HEADER, "")
                 run = self._lookup(request_id)
                 if run is None or run.stream_attached:
