@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .access import ClientAccess
-from .agent.config import ProvidersFile
+from .providers.config import ProvidersFile
 from .backend import Backend
 from .contentview import ContentViewRegistrar
 from .dashboard.addon import DashboardEndpoint
@@ -14,6 +14,10 @@ from .providers_file import ProvidersFileAddon
 from .recorder import Recorder
 from .server_config import ServerConfigRewriter
 from .status import StatusEndpoint
+from .transports.loopback import FlowStreaming
+from .transports.one_shot import OneShotCalls
+from .transports.run_h2 import RunH2Headers
+from .transports.runsse import RunSseTransport
 
 
 class StoreWiring:
@@ -44,6 +48,10 @@ def make_addons() -> list:
         StatusEndpoint(providers),
         ServerConfigRewriter(),
         backend,
-        DashboardEndpoint(backend),  # after the backend: reads its settings, runtime and stream server
+        FlowStreaming(backend, recorder),
+        RunH2Headers(backend, recorder),
+        RunSseTransport(backend),
+        OneShotCalls(backend),
+        DashboardEndpoint(backend),  # after the transports: reads the backend's runtime and stream server
         StoreWiring(backend, recorder),
     ]

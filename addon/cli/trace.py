@@ -13,7 +13,7 @@ import argparse
 from decimal import Decimal
 from pathlib import Path
 
-from byok.agent.pricing import usd
+from byok.providers.pricing import usd
 from byok.dashboard.queries import Found, collect, find, owners
 
 from .common import console, db_arg, default_config, default_db, fail, iso_ms, open_db

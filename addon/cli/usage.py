@@ -1,7 +1,7 @@
 """`cursor-byok usage`: tokens and dollars per model and day, from the provider calls in the store.
 
 Numbers are what providers reported (a call without usage adds nothing, it is not estimated). Costs
-use each model's `prices` in the providers file as it is now (byok.agent.pricing has the formula per
+use each model's `prices` in the providers file as it is now (byok.providers.pricing has the formula per
 dialect); a model without prices shows tokens only, and the output says prices are not configured.
 `--plot FILE.png` draws tokens and cost per day and model with matplotlib (the optional `plot` extra).
 """
@@ -80,7 +80,7 @@ HEADERS = ("calls", "failed", "input", "output", "cache read", "cache write", "r
 
 def print_table(out, rows: list[Row], totals: dict, total_cost: Decimal, unpriced: list[str], *,
                 by: str = "model") -> None:
-    from byok.agent.pricing import usd
+    from byok.providers.pricing import usd
 
     columns = [Column("day", in_records=False), Column(by, in_records=False),
                *(Column(h, "right") for h in HEADERS), Column("cost", "right")]

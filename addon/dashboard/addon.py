@@ -16,21 +16,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-import time
 
 from mitmproxy import ctx, http
 
 from ..access import authenticated_user, is_loopback
+from ..transports.loopback import point_at_loopback
+from ..transports.stream_server import CALL_HEADER
 from .views import HOST, MAX_BODY, RECENT_RUNS, Dashboard, Request, Sources, Viewer, viewer_for
 
 log = logging.getLogger("byok.dashboard")
 
 EVENTS_PATH = "/events"
-EVENTS_HEADER = "x-byok-dashboard-events"
 LIVE_POLL_S = 0.5
 """How often an open page's live panel is re-read (sent only when it changed)."""
 KEEPALIVE_S = 15.0
-TOKEN_TTL_S = 60.0
 
 
 class DashboardEndpoint:
@@ -40,8 +39,6 @@ class DashboardEndpoint:
     def __init__(self, backend) -> None:
         self.backend = backend
         self.board: Dashboard | None = None
-        self._streams: dict[str, tuple[Viewer, float]] = {}
-        """One-time tokens of /events flows pointed at the stream server -> (viewer, issued at)."""
 
     async def running(self) -> None:
         backend = self.backend
@@ -51,7 +48,6 @@ class DashboardEndpoint:
         self.board = Dashboard(settings.db, Sources(
             config=lambda: settings.config, team=lambda: backend.team, live_request_ids=self._live_request_ids,
             doctor=self._doctor, gc=self._gc, mode=lambda: settings.mode))
-        backend.server.route(EVENTS_HEADER, self._events)
 
     async def done(self) -> None:
         if self.board is not None:
@@ -61,7 +57,7 @@ class DashboardEndpoint:
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         if self._ours(flow):
-            flow.request.stream = False  # a form's body is read whole (the backend streams other hosts)
+            flow.request.stream = False  # a form's body is read whole (FlowStreaming streams other hosts)
 
     async def request(self, flow: http.HTTPFlow) -> None:
         if not self._ours(flow) or flow.response is not None:
@@ -92,13 +88,6 @@ class DashboardEndpoint:
         flow.response = http.Response.make(response.status, response.body,
                                            [(k.encode(), v.encode()) for k, v in response.headers])
 
-    def responseheaders(self, flow: http.HTTPFlow) -> None:
-        target = flow.metadata.get("byok_dashboard_target")
-        if target:  # the live stream: show the dashboard's host again, and pass every event on at once
-            flow.request.scheme, flow.request.host, flow.request.port = target
-            flow.request.headers.pop(EVENTS_HEADER, None)
-            flow.response.stream = True
-
     # ---- who is looking --------------------------------------------------------------------------------
 
     def viewer(self, flow: http.HTTPFlow) -> Viewer | str:
@@ -114,24 +103,16 @@ class DashboardEndpoint:
     # ---- live runs -------------------------------------------------------------------------------------
 
     def _to_stream_server(self, flow: http.HTTPFlow, viewer: Viewer) -> None:
-        now = time.monotonic()
-        for token, (_, issued) in list(self._streams.items()):
-            if now - issued > TOKEN_TTL_S:
-                del self._streams[token]
+        """The live stream is served by the loopback server (FlowStreaming restores the host and
+        streams the response); the one-time token names this viewer's stream."""
+        server = self.backend.server
         token = secrets.token_urlsafe(24)
-        self._streams[token] = (viewer, now)
-        request = flow.request
-        flow.metadata["byok_dashboard_target"] = (request.scheme, request.host, request.port)
-        request.headers[EVENTS_HEADER] = token
-        request.scheme, request.host, request.port = "http", "127.0.0.1", self.backend.server.port
+        server.expect_call(token, lambda response: self._events(viewer, response))
+        point_at_loopback(flow, server.port, CALL_HEADER, token)
 
-    async def _events(self, headers: dict[str, str], response) -> None:
-        viewer, _ = self._streams.pop(headers.get(EVENTS_HEADER, ""), (None, 0.0))
-        if viewer is None or self.board is None:
-            response.start(403, [("content-type", "text/plain")])
-            await response.write(b"not a stream this proxy opened\n")
-            await response.end()
-            return
+    async def _events(self, viewer: Viewer, response) -> None:
+        """The live panel as server-sent events, sent whenever it changed, until the page is closed
+        (the stream server cancels this then) or the proxy stops."""
         response.start(200, [("content-type", "text/event-stream; charset=utf-8"), ("cache-control", "no-store")])
         stopping = self.backend.server.stopping
         last, quiet = None, 0.0

@@ -18,7 +18,7 @@ from datetime import date
 from decimal import Decimal
 from pathlib import Path
 
-from byok.agent.pricing import INPUT_INCLUDES_CACHE
+from byok.providers.pricing import INPUT_INCLUDES_CACHE
 
 ALL = object()
 """No user scope: every user's rows (the single user, a team admin, the CLI without --user)."""
@@ -120,7 +120,7 @@ CALL_FIELDS = ("call_index", "model_call_id", "provider", "provider_kind", "mode
 def provider_calls(conn: sqlite3.Connection, request_id: str, prices: dict | None = None) -> list[dict]:
     """Each call as stored, with `cost_usd` from its model's prices (None: no prices configured).
     `purpose`: None for the turn's own calls, "summary" for a compaction (docs/conversations.md)."""
-    from byok.agent.pricing import cost
+    from byok.providers.pricing import cost
 
     rows = conn.execute("SELECT * FROM llm_calls WHERE request_id = ? ORDER BY call_index", [request_id]).fetchall()
     out = []
@@ -250,7 +250,7 @@ def usage_rows(conn: sqlite3.Connection, since: date | None = None, until: date 
     """Per (day, model) sums; `prices` = public id -> Prices fills `cost`. With `by="user"` per
     (day, proxyauth user of the run), '-' for runs without one (the single user): `Row.model` then
     holds the user name, and the cost is None when any of the user's models has no prices."""
-    from byok.agent.pricing import cost
+    from byok.providers.pricing import cost
 
     sums = ", ".join(f"coalesce(sum(c.{f}), 0)" for f in TOKEN_FIELDS)
     key = ("coalesce(r.user_id, '-')" if by == "user"
@@ -294,7 +294,7 @@ def _per_key(rows: list[Row]) -> list[Row]:
 
 def load_prices(path: Path) -> tuple[dict, dict, str | None]:
     """(public id -> Prices, public id -> prices as JSON, why prices are unavailable or None)."""
-    from byok.agent.config import ConfigFileError, load_providers
+    from byok.providers.config import ConfigFileError, load_providers
 
     if not path.exists():
         return {}, {}, f"no providers file at {path}"
@@ -467,7 +467,7 @@ def conversations(conn, prices: dict | None = None, *, user=ALL, before: str | N
 
 
 def _add_call_totals(conn, items: dict, conversation_ids: list[str], prices: dict | None) -> None:
-    from byok.agent.pricing import cost
+    from byok.providers.pricing import cost
 
     sums = ", ".join(f"coalesce(sum(c.{f}), 0) AS {f}" for f in TOKEN_FIELDS[:4])
     for r in conn.execute(

@@ -187,7 +187,7 @@ def millis(value) -> str:
 
 
 def dollars(value) -> str:
-    from byok.agent.pricing import usd
+    from byok.providers.pricing import usd
 
     if value is None:
         return "-"

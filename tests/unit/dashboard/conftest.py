@@ -28,7 +28,7 @@ prices = { input = 0.27, output = 1.10, cache_read = 0.07 }
 @pytest.fixture
 def built(db_target, isolated_home) -> Built:  # noqa: F811
     """The CLI tests' store, its deepseek calls on the priced model of PRICES."""
-    from byok.agent.config import public_model_id
+    from byok.providers.config import public_model_id
     from byok.store import Store
 
     b = build_store(db_target, isolated_home)
