@@ -39,7 +39,7 @@ def nice_ceiling(value: float) -> float:
 
 
 def stacked_bars(days: Sequence[str], series: Sequence[Series], *, title: str,
-                 fmt: Callable[[float], str] = lambda v: f"{v:,.0f}", width: int = 720, height: int = 220) -> Markup:
+                 fmt: Callable[[float], str] = lambda v: f"{v:,.0f}", width: int = 960, height: int = 240) -> Markup:
     """An accessible SVG (role=img, <title>) of `series` stacked per day."""
     left, right, top, bottom = 64, 8, 10, 38
     plot_w, plot_h = width - left - right, height - top - bottom
@@ -66,7 +66,8 @@ def stacked_bars(days: Sequence[str], series: Sequence[Series], *, title: str,
             base -= h
             parts.append(f'<rect class="s{n % SERIES_COLOURS}" x="{x:.1f}" y="{base:.1f}" width="{bar:.1f}"'
                          f' height="{h:.1f}"><title>{escape(day)} {escape(s.label)}: {escape(fmt(value))}</title></rect>')
-        if d % label_every == 0 or d == len(days) - 1:
+        last = len(days) - 1
+        if d == last or (d % label_every == 0 and last - d >= label_every / 2):
             parts.append(f'<text class="axis" x="{x + bar / 2:.1f}" y="{height - bottom + 16}" text-anchor="middle">'
                          f'{escape(day[5:] if len(day) == 10 else day)}</text>')
     if not days:

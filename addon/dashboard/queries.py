@@ -446,7 +446,7 @@ def conversations(conn, prices: dict | None = None, *, user=ALL, before: str | N
     items = {r["id"]: {"id": r["id"], "user": r["user_id"], "created_ms": r["created_at_ms"],
                        "updated_ms": r["updated_at_ms"], "runs": 0, "running": 0, "failed": 0, "model": None,
                        "first_request_id": None, "title": None, "calls": 0, "input_tokens": 0,
-                       "output_tokens": 0, "cost_usd": None, "priced": True}
+                       "output_tokens": 0, "cost_usd": None, "priced": True, "model_name": None}
              for r in rows[:limit]}
     ids = list(items)
     if ids:
@@ -471,11 +471,13 @@ def _add_call_totals(conn, items: dict, conversation_ids: list[str], prices: dic
 
     sums = ", ".join(f"coalesce(sum(c.{f}), 0) AS {f}" for f in TOKEN_FIELDS[:4])
     for r in conn.execute(
-            f"SELECT r.conversation_id, c.model_public_id, c.provider_kind, count(*) AS calls, {sums}"
+            f"SELECT r.conversation_id, c.model_public_id, c.provider_kind, count(*) AS calls, {sums},"
+            " max(c.provider || '/' || c.model) AS model_name"
             " FROM runs r JOIN llm_calls c ON c.request_id = r.request_id"
             f" WHERE r.conversation_id IN ({_marks(len(conversation_ids))})"
             " GROUP BY r.conversation_id, c.model_public_id, c.provider_kind", conversation_ids).fetchall():
         item = items[r["conversation_id"]]
+        item["model_name"] = r["model_name"]
         item["calls"] += r["calls"]
         item["input_tokens"] += r["input_tokens"]
         item["output_tokens"] += r["output_tokens"]
@@ -521,7 +523,8 @@ def run_summaries(conn, request_ids: list[str], *, user=ALL) -> list[dict]:
         f" error_code, error_message, user_id FROM runs WHERE request_id IN ({_marks(len(request_ids))})",
         params, user), params).fetchall()
     runs = {r["request_id"]: {**{k: r[k] for k in r.keys()}, "frames_down": 0, "frames_up": 0, "last_frame_ms": None,
-                              "calls": 0, "input_tokens": 0, "output_tokens": 0, "running_calls": 0}
+                              "calls": 0, "input_tokens": 0, "output_tokens": 0, "running_calls": 0,
+                              "model_name": None}
             for r in rows}
     ids = list(runs)
     if ids:
@@ -532,10 +535,11 @@ def run_summaries(conn, request_ids: list[str], *, user=ALL) -> list[dict]:
             run["last_frame_ms"] = max(run["last_frame_ms"] or 0, r["last"])
         for r in conn.execute(
                 "SELECT request_id, count(*) AS n, coalesce(sum(input_tokens), 0) AS i,"
-                " coalesce(sum(output_tokens), 0) AS o, sum(CASE WHEN status = 'running' THEN 1 ELSE 0 END) AS busy"
+                " coalesce(sum(output_tokens), 0) AS o, sum(CASE WHEN status = 'running' THEN 1 ELSE 0 END) AS busy,"
+                " max(provider || '/' || model) AS model_name"
                 f" FROM llm_calls WHERE request_id IN ({_marks(len(ids))}) GROUP BY request_id", ids):
             runs[r["request_id"]].update(calls=r["n"], input_tokens=r["i"], output_tokens=r["o"],
-                                         running_calls=r["busy"])
+                                         running_calls=r["busy"], model_name=r["model_name"])
     return [runs[rid] for rid in request_ids if rid in runs]
 
 

@@ -68,6 +68,11 @@ class Viewer:
         return ALL if self.admin else self.user
 
     @property
+    def sees_users(self) -> bool:
+        """Shows whose each row is: a team admin (the single user's rows have no user)."""
+        return self.admin and self.user is not None
+
+    @property
     def label(self) -> str:
         if self.user is None:
             return "this machine"
@@ -481,7 +486,7 @@ class Dashboard:
                     values[index[r.day]] += (float(r.cost or 0) if kind == "cost" else float(
                         r.input_tokens + r.output_tokens + r.cache_read_tokens + r.cache_write_tokens))
             series.append(charts.Series(key, values))
-        fmt = (lambda v: dollars(v)) if kind == "cost" else _compact
+        fmt = _compact_dollars if kind == "cost" else _compact
         title = ("cost per day (USD)" if kind == "cost" else "tokens per day (input + output + cache)") + \
             f", per {report.by}"
         return {"svg": charts.stacked_bars(days, series, title=title, fmt=fmt), "legend": charts.legend(series),
@@ -513,6 +518,10 @@ def _compact(value: float) -> str:
         if value >= size:
             return f"{value / size:,.1f}{unit}".replace(".0" + unit, unit)
     return f"{value:,.0f}"
+
+
+def _compact_dollars(value: float) -> str:
+    return f"${value:,.2f}" if value >= 0.1 or value == 0 else f"${value:.3f}"
 
 
 def _int(text: str | None, default: int, minimum: int = 1) -> int:
