@@ -394,9 +394,9 @@ class Dashboard:
         if found is None:
             raise NotFound(f"{ident!r} is not a request, conversation, model call, tool call or tool round id"
                            + ("" if viewer.admin else " of yours"))
-        offset = (page - 1) * RUNS_PER_PAGE
-        story = queries.trace_runs(conn, found, self.prices(), offset=offset, limit=RUNS_PER_PAGE)
         pages = max(1, -(-len(found.request_ids) // RUNS_PER_PAGE))
+        page = min(page, pages)
+        story = queries.trace_runs(conn, found, self.prices(), offset=(page - 1) * RUNS_PER_PAGE, limit=RUNS_PER_PAGE)
         return {"found": found, "story": story, "page": page, "pages": pages,
                 "users": queries.owners(conn, found.request_ids) if viewer.admin else None}
 
@@ -404,9 +404,12 @@ class Dashboard:
         found = queries.visible(conn, queries.find(conn, request_id, prefixes=False), viewer.scope)
         if found is None or found.kind != "request":
             raise NotFound(f"{request_id!r} is not a request id" + ("" if viewer.admin else " of yours"))
+        total = conn.execute("SELECT count(*) FROM frames WHERE request_id = ?", [request_id]).fetchone()[0]
+        pages = max(1, -(-total // FRAMES_PER_PAGE))
+        page = min(page, pages)
         listing = queries.frames(conn, request_id, "all", offset=(page - 1) * FRAMES_PER_PAGE, limit=FRAMES_PER_PAGE)
         return {"request_id": request_id, "conversation_id": found.conversation_id, "frames": listing, "page": page,
-                "pages": max(1, -(-listing["count"] // FRAMES_PER_PAGE)), "per_page": FRAMES_PER_PAGE}
+                "pages": pages, "per_page": FRAMES_PER_PAGE}
 
     def usage(self, conn, viewer: Viewer, query: dict[str, str]) -> dict:
         since = _day(query.get("since")) or self.today() - timedelta(days=USAGE_DAYS - 1)
