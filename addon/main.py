@@ -6,7 +6,7 @@ from .access import ClientAccess
 from .providers.config import ProvidersFile
 from .backend import Backend
 from .contentview import ContentViewRegistrar
-from .dashboard.addon import DashboardEndpoint
+from .dashboard_endpoint import DashboardEndpoint
 from .duplex import VersionGate
 from .models import ModelListInjector
 from .options import Options

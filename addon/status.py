@@ -67,7 +67,7 @@ class StatusEndpoint:
         if flow.request.pretty_host != STATUS_HOST or flow.response is not None:
             return
         if flow.request.path.split("?", 1)[0] != "/status":
-            return  # every other page of this host is the dashboard's (dashboard/addon.py)
+            return  # every other page of this host is the dashboard's (dashboard_endpoint.py)
         flow.metadata["byok"] = "status"
         if not is_loopback(flow.client_conn.peername):
             flow.response = http.Response.make(

@@ -268,13 +268,15 @@ class Dashboard:
     async def call(self, fn: Callable, *args):
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
-    def close(self) -> None:
-        def shut() -> None:
-            if self._conn is not None:
+    def _drop_conn(self) -> None:
+        if self._conn is not None:
+            try:
                 self._conn.close()
+            finally:
                 self._conn = None
 
-        self._executor.submit(shut).result(timeout=10)
+    def close(self) -> None:
+        self._executor.submit(self._drop_conn).result(timeout=10)
         self._executor.shutdown(wait=True)
 
     def csrf_token(self, session: str, viewer: Viewer) -> str:
@@ -307,6 +309,7 @@ class Dashboard:
             response = Response.html(self.render("error.html.j2", viewer, session, status=403, message=str(e)), 403)
         except Exception as e:  # a page that fails says so, with the reason; the proxy goes on
             log.exception("dashboard page %s failed", request.path)
+            await self.call(self._drop_conn)  # a broken connection (a restarted server) is opened anew
             response = Response.html(self.render("error.html.j2", viewer, session, status=500,
                                                  message=f"{type(e).__name__}: {e}"), 500)
         response.headers += SECURITY_HEADERS

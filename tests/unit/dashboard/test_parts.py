@@ -9,7 +9,7 @@ import pytest
 
 from byok.agent.team import parse_team
 from byok.dashboard import charts, queries
-from byok.dashboard.addon import sse_event
+from byok.dashboard_endpoint import sse_event
 from byok.dashboard.queries import Row
 from byok.dashboard.views import Viewer, viewer_for
 from byok.providers.config import ConfigFileError

@@ -6,9 +6,9 @@ decides who is looking (`views.viewer_for`: loopback clients of a single-user pr
 on an exposed or team proxy) and hands the request to `views.Dashboard`.
 
 Live runs stream as server-sent events. mitmproxy sends a response an addon builds in one piece, so
-`/events` is pointed at the embedded loopback stream server, as a local RunSSE is (backend.py): the
-flow carries a one-time token naming its viewer, and the stream server's route streams the live
-panel whenever it changes, for as long as the page stays open.
+`/events` is pointed at the embedded loopback stream server, as a local RunSSE is: a one-shot call
+(`expect_call` + `x-byok-call`, transports/loopback.py) whose token names the viewer, streaming the
+live panel whenever it changes for as long as the page stays open.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import secrets
 
 from mitmproxy import ctx, http
 
-from ..access import authenticated_user, is_loopback
-from ..transports.loopback import point_at_loopback
-from ..transports.stream_server import CALL_HEADER
-from .views import HOST, MAX_BODY, RECENT_RUNS, Dashboard, Request, Sources, Viewer, viewer_for
+from .access import authenticated_user, is_loopback
+from .transports.loopback import point_at_loopback
+from .transports.stream_server import CALL_HEADER
+from .dashboard.views import HOST, MAX_BODY, RECENT_RUNS, Dashboard, Request, Sources, Viewer, viewer_for
 
 log = logging.getLogger("byok.dashboard")
 
@@ -153,7 +153,7 @@ class DashboardEndpoint:
         from byok.cli import doctor
         from byok.cli.common import platform_name
 
-        from ..status import status
+        from .status import status
 
         settings = self.backend.settings
         host, port = self._listen_address()
