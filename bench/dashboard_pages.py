@@ -27,22 +27,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from byok.agent.cursor import updates  # noqa: E402
 from byok.dashboard.views import Dashboard, Request, Sources, Viewer  # noqa: E402
 from byok.proto import agent_pb2 as apb  # noqa: E402
-from byok.providers.config import public_model_id  # noqa: E402
 from byok.store import NewMessage, Store  # noqa: E402
 from byok.wire import connect  # noqa: E402
+from tests.e2e.harness import model_entry, providers_toml, public_id  # noqa: E402
 
 DAY_MS = 86_400_000
-PROVIDERS = """
-[[providers]]
-name = "deepseek"
-kind = "openai_chat"
-base_url = "https://api.deepseek.example/v1"
-api_key = "sk-x"
-[[providers.models]]
-id = "deepseek-chat"
-prices = { input = 0.27, output = 1.10, cache_read = 0.07 }
-"""
-MODEL = public_model_id("https://api.deepseek.example/v1", "openai_chat", "deepseek-chat")
+ENTRY = model_entry("https://api.deepseek.example/v1", model_id="deepseek-chat", name="deepseek", api_key="sk-x",
+                    extra={"prices": "{ input = 0.27, output = 1.10, cache_read = 0.07 }"})
+MODEL = public_id(ENTRY)
 
 
 def run_frames(request_id: str, conversation_id: str, text: str, n: int, t0: int) -> list[dict]:
@@ -119,8 +111,9 @@ def time_pages(db: Path, config: Path, repeat: int, long_runs: int, conversation
 
     async def main():
         first = await get("/conversations")
-        cursor = first.body.decode().split('/conversations?before=')[1].split('"')[0]
-        pages = ["/", "/live", "/conversations", f"/conversations?before={cursor}", "/trace/conv-000000",
+        older = first.body.decode().split('/conversations?before=')[1:]  # none when one page holds them all
+        pages = ["/", "/live", "/conversations", *[f"/conversations?before={o.split(chr(34))[0]}" for o in older],
+                 "/trace/conv-000000",
                  "/trace/conv-000000?page=3", f"/trace/conv-{conversations // 2:06d}", "/trace/req-000000-0000",
                  f"/frames/req-000000-{long_runs - 1:04d}", f"/frames/req-000000-{long_runs - 1:04d}?page=40",
                  "/usage", "/usage?by=user", "/drift", "/maintenance"]
@@ -154,7 +147,7 @@ if __name__ == "__main__":
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="byok-dash-bench-") as tmp:
         db, config = Path(tmp) / "byok.db", Path(tmp) / "providers.toml"
-        config.write_text(PROVIDERS)
+        config.write_text(providers_toml([ENTRY]))
         t0 = time.perf_counter()
         facts = generate(db, args)
         print(f"store: {facts['runs']:,} runs, {facts['calls']:,} provider calls, {facts['frames']:,} frames, "

@@ -9,31 +9,23 @@ from pathlib import Path
 import pytest
 
 from byok.dashboard.views import Dashboard, Request, Sources, Viewer
+from tests.e2e.harness import model_entry, providers_toml, public_id
 from tests.support.cli_store import Built, build_store
 from tests.unit.cli.conftest import isolated_home  # noqa: F401 (fixture)
 
 NOW_MS = 1_767_484_800_000  # 2026-01-04T00:00Z, the day after the store's last call
-PRICES = """
-[[providers]]
-name = "deepseek"
-kind = "openai_chat"
-base_url = "https://api.deepseek.example/v1"
-api_key = "sk-x"
-[[providers.models]]
-id = "deepseek-chat"
-prices = { input = 0.27, output = 1.10, cache_read = 0.07 }
-"""
+PRICED = model_entry("https://api.deepseek.example/v1", model_id="deepseek-chat", name="deepseek",
+                     extra={"prices": "{ input = 0.27, output = 1.10, cache_read = 0.07 }"})
 
 
 @pytest.fixture
 def built(db_target, isolated_home) -> Built:  # noqa: F811
     """The CLI tests' store, its deepseek calls on the priced model of PRICES."""
-    from byok.providers.config import public_model_id
     from byok.store import Store
 
     b = build_store(db_target, isolated_home)
     store = Store.open(b.db)
-    priced = public_model_id("https://api.deepseek.example/v1", "openai_chat", "deepseek-chat")
+    priced = public_id(PRICED)
     for table in ("llm_calls", "runs"):
         store.db.execute(f"UPDATE {table} SET model_public_id = ? WHERE model_public_id = 'abcd1234'", [priced])
     store.close()
@@ -43,7 +35,7 @@ def built(db_target, isolated_home) -> Built:  # noqa: F811
 @pytest.fixture
 def providers_file(tmp_path) -> Path:
     path = tmp_path / "providers.toml"
-    path.write_text(PRICES)
+    path.write_text(providers_toml([PRICED]))
     return path
 
 
