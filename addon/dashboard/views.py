@@ -109,6 +109,7 @@ class Request:
 
     @classmethod
     def parse(cls, method: str, target: str, headers: dict[str, str], body: bytes = b"") -> "Request":
+        headers = {k.lower(): v for k, v in headers.items()}
         path, _, qs = target.partition("?")
         cookies = {}
         for part in headers.get("cookie", "").split(";"):
@@ -118,8 +119,7 @@ class Request:
         form = {}
         if body and headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
             form = {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
-        return cls(method.upper(), path or "/", {k: v[0] for k, v in parse_qs(qs).items()}, cookies,
-                   {k.lower(): v for k, v in headers.items()}, form)
+        return cls(method.upper(), path or "/", {k: v[0] for k, v in parse_qs(qs).items()}, cookies, headers, form)
 
 
 @dataclass
@@ -142,7 +142,7 @@ SECURITY_HEADERS = [
     ("content-security-policy", "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; "
                                 "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"),
     ("x-content-type-options", "nosniff"),
-    ("referrer-policy", "no-referrer"),
+    ("referrer-policy", "same-origin"),  # no-referrer would make the browser send `Origin: null` on our own forms
 ]
 
 
@@ -455,7 +455,7 @@ class Dashboard:
         token = request.form.get("csrf", "")
         if (origin not in (None, ORIGIN) or site not in (None, "same-origin", "none")
                 or SESSION_COOKIE not in request.cookies
-                or not hmac.compare_digest(token, self.csrf_token(session, viewer))):
+                or not hmac.compare_digest(token.encode(), self.csrf_token(session, viewer).encode())):
             raise Forbidden("this form is stale or came from another page: reload the maintenance page and try again")
         days = _int(request.form.get("days"), 7, minimum=0)
         if self.sources.gc is None:

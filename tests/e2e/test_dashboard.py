@@ -234,3 +234,17 @@ def test_a_team_user_sees_only_their_own_conversations(team):
         assert {r.get_attribute("data-user") for r in rows} >= {"alice", "bob"}
         assert "of 100,000" in chromium.text('tr[data-user="bob"]')
         assert chromium.console_errors() == []
+
+
+def test_the_gc_form_posts_with_the_sessions_token(env, chromium):
+    chromium.open(DASHBOARD + "/maintenance")
+    chromium.wait_for(by_css("form.gc button"))[0].click()
+    result = chromium.wait_for(by_css("#gc-result"), message="the GC result")[0]
+    assert "blobs reachable" in result.text and "deleted" in result.text
+    assert chromium.console_errors() == []
+    # the same form from a page without the session's cookie and token is refused
+    import httpx
+
+    proxy, _ = env
+    forged = httpx.post(DASHBOARD + "/gc", data={"csrf": "0" * 64, "days": "0"}, proxy=proxy.url, trust_env=False)
+    assert forged.status_code == 403 and "blobs reachable" not in forged.text

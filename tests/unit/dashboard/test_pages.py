@@ -79,3 +79,9 @@ def test_gc_needs_the_sessions_token(dashboard):
     foreign = get(dashboard, "/gc", method="POST", body=f"csrf={token}&days=7".encode(),
                   headers={**form, "cookie": cookie, "origin": "http://evil.example"})
     assert foreign.status == 403
+    odd = get(dashboard, "/gc", method="POST", headers={**form, "cookie": cookie}, body="csrf=é&days=7".encode())
+    assert odd.status == 403  # not a 500
+    good = get(dashboard, "/gc", method="POST", body=f"csrf={token}&days=7".encode(),
+               headers={"Content-Type": "application/x-www-form-urlencoded", "Cookie": cookie,
+                        "Origin": "http://cursor-byok.invalid"})
+    assert good.status == 403 and "not available" in text(good)  # the token passed; no GC in this Dashboard
