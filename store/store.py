@@ -821,25 +821,32 @@ class Store:
         )
 
     def usage_since(self, user_id: str | None, since_ms: int) -> dict[tuple[str | None, str | None], dict[str, int]]:
-        """Tokens of `user_id`'s provider calls in runs started at or after `since_ms`, per (model
-        public id, provider kind): {input, output, cache_read, cache_write}, as the providers reported
-        them (Anthropic reports cache reads and writes apart from input; OpenAI includes them)."""
-        rows = self.db.execute(
-            "SELECT c.model_public_id, c.provider_kind, sum(coalesce(c.input_tokens, 0)),"
-            " sum(coalesce(c.output_tokens, 0)), sum(coalesce(c.cache_read_tokens, 0)),"
-            " sum(coalesce(c.cache_write_tokens, 0))"
-            " FROM llm_calls c JOIN runs r ON r.request_id = c.request_id"
-            " WHERE r.user_id = ? AND r.started_at_ms >= ? GROUP BY c.model_public_id, c.provider_kind",
-            [user_id, since_ms],
-        ).fetchall()
-        return {(r[0], r[1]): {"input": int(r[2]), "output": int(r[3]), "cache_read": int(r[4]),
-                               "cache_write": int(r[5])} for r in rows}
+        """Tokens of `user_id`'s provider calls in runs started at or after `since_ms` (`usage_since`)."""
+        return usage_since(self.db, user_id, since_ms)
 
     def count(self, table: str) -> int:
         """Rows in one of the store's tables (for tests, doctor and benchmarks)."""
         if not table.replace("_", "").isalnum():
             raise ValueError(f"not a table name: {table!r}")
         return int(self.db.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+
+
+def usage_since(db, user_id: str | None, since_ms: int) -> dict[tuple[str | None, str | None], dict[str, int]]:
+    """Tokens of `user_id`'s provider calls in runs started at or after `since_ms`, per (model
+    public id, provider kind): {input, output, cache_read, cache_write}, as the providers reported
+    them (Anthropic reports cache reads and writes apart from input; OpenAI includes them). `db` is
+    the store's database or a read connection of the CLI and dashboard (anything with `execute`):
+    the budget check and the dashboard's budget page read the same numbers."""
+    rows = db.execute(
+        "SELECT c.model_public_id, c.provider_kind, sum(coalesce(c.input_tokens, 0)),"
+        " sum(coalesce(c.output_tokens, 0)), sum(coalesce(c.cache_read_tokens, 0)),"
+        " sum(coalesce(c.cache_write_tokens, 0))"
+        " FROM llm_calls c JOIN runs r ON r.request_id = c.request_id"
+        " WHERE r.user_id = ? AND r.started_at_ms >= ? GROUP BY c.model_public_id, c.provider_kind",
+        [user_id, since_ms],
+    ).fetchall()
+    return {(r[0], r[1]): {"input": int(r[2]), "output": int(r[3]), "cache_read": int(r[4]),
+                           "cache_write": int(r[5])} for r in rows}
 
 
 def _columns(row: dict) -> list[str]:
