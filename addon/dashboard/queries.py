@@ -18,6 +18,7 @@ from datetime import date
 from decimal import Decimal
 from pathlib import Path
 
+from byok.agent.drift import WIRE_TYPES
 from byok.providers.pricing import INPUT_INCLUDES_CACHE
 
 ALL = object()
@@ -371,8 +372,6 @@ def cache_hits(rows: list[Row]) -> dict:
 
 
 # ---- drift ---------------------------------------------------------------------------------------
-
-WIRE_TYPES = {0: "varint", 1: "i64", 2: "len", 3: "sgroup", 4: "egroup", 5: "i32"}
 
 
 def drift_report(conn) -> dict:
