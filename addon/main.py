@@ -6,6 +6,7 @@ from .access import ClientAccess
 from .providers.config import ProvidersFile
 from .backend import Backend
 from .contentview import ContentViewRegistrar
+from .dashboard_endpoint import DashboardEndpoint
 from .duplex import VersionGate
 from .models import ModelListInjector
 from .options import Options
@@ -13,6 +14,10 @@ from .providers_file import ProvidersFileAddon
 from .recorder import Recorder
 from .server_config import ServerConfigRewriter
 from .status import StatusEndpoint
+from .transports.loopback import FlowStreaming
+from .transports.one_shot import OneShotCalls
+from .transports.run_h2 import RunH2Headers
+from .transports.runsse import RunSseTransport
 
 
 class StoreWiring:
@@ -43,5 +48,10 @@ def make_addons() -> list:
         StatusEndpoint(providers),
         ServerConfigRewriter(),
         backend,
+        FlowStreaming(backend, recorder),
+        RunH2Headers(backend, recorder),
+        RunSseTransport(backend),
+        OneShotCalls(backend),
+        DashboardEndpoint(backend),  # after the transports: reads the backend's runtime and stream server
         StoreWiring(backend, recorder),
     ]
