@@ -50,6 +50,15 @@ def connect_sqlite(path: str | Path, *, synchronous: str = "FULL") -> SqliteData
     return db
 
 
+def connect_sqlite_reader(path: str | Path) -> SqliteDatabase:
+    """A second connection to a migrated SQLite file, for reads only: in WAL mode it reads while the
+    writer connection commits, so a run's reads never wait for another run's fsync."""
+    conn = sqlite3.connect(str(Path(path).expanduser()), check_same_thread=False, isolation_level=None)
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute("PRAGMA query_only = ON")
+    return SqliteDatabase(conn)
+
+
 def _use_wal(conn: sqlite3.Connection) -> None:
     """Switch a new file to WAL. The switch needs the file to itself and may answer "locked" without
     waiting (another process is creating the same new file): retry within the busy timeout."""

@@ -381,26 +381,39 @@ class Store:
         move_head: bool = True,
         blobs: Sequence[tuple[bytes, bytes, Sequence[BlobRef]]] = (),
         user_id: str | None = None,
-    ) -> int | None:
+        anchor: str | None = None,
+        run_base: bool = False,
+        returning: bool = False,
+    ) -> int | None | tuple[int | None, list[StoredMessage]]:
         """Append messages after `base_revision_id` (None = empty history) in one transaction and
         return the new revision. A runtime event already stored with the same payload is replayed
-        (not appended twice); with a different payload it is an error. `blobs` the messages name
-        (a turn's state snapshot) are stored in the same transaction: a crash never keeps one
-        without the other (`user_id`: whose, as in put_blobs)."""
+        (not appended twice); with a different payload it is an error. In the same transaction, so a
+        turn's way to the provider commits once: `blobs` the messages name (a turn's state snapshot;
+        a crash never keeps one without the other; `user_id`: whose, as in put_blobs), the input
+        `anchor` first used here (anchor_input), and (`run_base`) the fencing run's base revision.
+        `returning`: also return the messages as stored (what messages_since would read back; the
+        payload is the caller's dict)."""
         ts = self._now()
         with self.db.atomic():
             self._ensure_conversation(conversation_id)
             self._fence(conversation_id, fence_request_id)
             if blobs:
                 self.put_blobs(blobs, user_id=user_id)
+            if anchor is not None:
+                self.db.execute(
+                    "INSERT INTO input_anchors(conversation_id, input_id, revision_id, created_at_ms) VALUES (?, ?, ?, ?)"
+                    " ON CONFLICT DO NOTHING", [conversation_id, anchor, base_revision_id, ts])
+            if run_base and fence_request_id is not None:
+                self.set_run_base(fence_request_id, base_revision_id)
             revision = base_revision_id
             length = 0 if revision is None else self._length(revision)
+            stored: list[StoredMessage] = []
             for msg in messages:
                 payload = canonical_json(msg.payload)
-                message_id = None
+                message_id, request_id = None, msg.request_id
                 if msg.runtime_event_id is not None:
                     row = self.db.execute(
-                        "SELECT id, payload FROM messages WHERE conversation_id = ? AND runtime_event_id = ?",
+                        "SELECT id, payload, request_id FROM messages WHERE conversation_id = ? AND runtime_event_id = ?",
                         [conversation_id, msg.runtime_event_id],
                     ).fetchone()
                     if row is not None:
@@ -408,7 +421,7 @@ class Store:
                             raise RuntimeEventConflict(
                                 f"runtime event {msg.runtime_event_id} was stored with different content"
                             )
-                        message_id = row[0]
+                        message_id, request_id = row[0], row[2]
                 if message_id is None:
                     message_id = self.db.execute(
                         "INSERT INTO messages(conversation_id, role, origin, payload, runtime_event_id,"
@@ -430,12 +443,14 @@ class Store:
                         " VALUES (?, ?, ?, ?, ?) RETURNING id",
                         [conversation_id, revision, message_id, length, ts],
                     ).fetchone()[0]
+                stored.append(StoredMessage(message_id, msg.role, msg.origin, msg.payload, msg.runtime_event_id,
+                                            request_id, revision, len(payload)))
             if move_head:
                 self.db.execute(
                     "UPDATE conversations SET head_revision_id = ?, updated_at_ms = ? WHERE id = ?",
                     [revision, ts, conversation_id],
                 )
-        return revision
+        return (revision, stored) if returning else revision
 
     def _length(self, revision_id: int) -> int:
         row = self.db.execute("SELECT length FROM revisions WHERE id = ?", [revision_id]).fetchone()
@@ -527,6 +542,14 @@ class Store:
         row = self.db.execute(
             "SELECT revision_id FROM published_states WHERE conversation_id = ? AND roots_digest = ?",
             [conversation_id, roots_digest],
+        ).fetchone()
+        return (False, None) if row is None else (True, row[0])
+
+    def find_anchor(self, conversation_id: str, input_id: str) -> tuple[bool, int | None]:
+        """(existed, the revision before the input's first use); a read: `append(anchor=...)` writes it."""
+        row = self.db.execute(
+            "SELECT revision_id FROM input_anchors WHERE conversation_id = ? AND input_id = ?",
+            [conversation_id, input_id],
         ).fetchone()
         return (False, None) if row is None else (True, row[0])
 
@@ -706,10 +729,10 @@ class Store:
 
     def complete_call(
         self, round_id: str, call_index: int, conversation_id: str, base_revision_id: int | None,
-        messages: Sequence[NewMessage], *, fence_request_id: str, is_error: bool,
-    ) -> tuple[int, int | None]:
+        messages: Sequence[NewMessage], *, fence_request_id: str, is_error: bool, returning: bool = False,
+    ) -> tuple[int, int | None] | tuple[int, int | None, list[StoredMessage]]:
         """Atomically append one result's (assistant(call), tool(result)) pair and mark the call
-        complete. Returns (completion_seq, new revision)."""
+        complete. Returns (completion_seq, new revision), and the pair as stored when `returning`."""
         with self.db.atomic():
             self._fence(conversation_id, fence_request_id)  # first: completions of one round queue here
             seq = self.db.execute(
@@ -723,10 +746,9 @@ class Store:
             )
             if cur.rowcount != 1:
                 raise StoreError(f"call {call_index} of round {round_id} is unknown or already complete")
-            revision = self.append(
-                conversation_id, base_revision_id, messages, fence_request_id=fence_request_id
-            )
-        return seq, revision
+            appended = self.append(conversation_id, base_revision_id, messages, fence_request_id=fence_request_id,
+                                   returning=returning)
+        return (seq, *appended) if returning else (seq, appended)
 
     def settle_round(self, round_id: str, status: str = "settled") -> None:
         self.db.execute(

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from byok.proto import agent_pb2 as apb
 from byok.prompt.assets import ModeAssets
-from byok.store import BlobRef, ConversationOfAnotherUser, NewMessage, RunExists, StaleRun
+from byok.store import BlobRef, ConversationOfAnotherUser, NewMessage, RunExists, StaleRun, StoredMessage
 
 from . import actions, capabilities, history, tool_round, user_input
 from ..providers.config import ModelRoute
@@ -58,6 +58,9 @@ class Turn:
         """The history at `revision`, folded into its provider view and checkpoint."""
         self._history_ok = False
         """`history` is the fold of `revision` and nothing works on it: it may be kept warm."""
+        self._base: int | None = None
+        self._base_recorded = True
+        """runs.base_revision_id holds `_base` (written with the run's first append)."""
         self.revision: int | None = None
         self.usage_totals: dict = {}
         self._initial_publish: asyncio.Future | None = None
@@ -107,6 +110,8 @@ class Turn:
             self._cancel_initial_publish()
             if self._history_ok:
                 self.svc.warm.put(self.conversation_id, self.revision, self.history)
+            if not self._base_recorded:
+                await asyncio.shield(self.svc.store.set_run_base(self.run.request_id, self._base))
 
     def use_tools(self, tools, implementations: dict, dynamic=()) -> None:
         """Replace this run's tool set: `tools` (the mode's, maybe fewer) then `dynamic` ones, and
@@ -205,13 +210,18 @@ class Turn:
         """Take the history at `revision`: warm when the conversation's last run left it there, else
         folded from the store (after a restart, a fence change, an edit, an eviction)."""
         self._history_ok = False
+        self._base = revision
         warm = self.svc.warm.take(self.conversation_id, revision)
         if warm is None:
-            messages = await self.svc.store.messages(revision)
+            messages = await self.svc.store.messages(revision) if revision is not None else []
             blobs = await self._import_blobs(messages)
-            warm = await asyncio.to_thread(proj.Projector(blobs).extend, messages)  # hashing a whole history
+            warm = proj.Projector(blobs)
+            if sum(m.size for m in messages) <= FOLD_ON_LOOP_BYTES:
+                warm.extend(messages)
+            else:
+                await asyncio.to_thread(warm.extend, messages)  # hashing a whole history: off the loop
         self.history, self.revision, self._history_ok = warm, revision, True
-        await self.svc.store.set_run_base(self.run.request_id, revision)
+        self._base_recorded = False  # recorded with the run's first append (or when it ends)
 
     async def _hold_base(self) -> None:
         """Everything the base projection references is on the client already (it published it),
@@ -254,11 +264,12 @@ class Turn:
         run = self.run
         action_context = (*action_context, *self.extra_action_context)
         action = action if action is not None else self.request.action.user_message_action
+        anchor = None
         if action.user_message.message_id:
             # An edited earlier message reuses its message_id: go back to the revision before it
             # was first sent and branch from there (the old suffix stays stored, unreachable).
-            existed, anchored = await self.svc.store.anchor_input(
-                self.conversation_id, f"cursor:user:{action.user_message.message_id}", self.revision)
+            anchor = f"cursor:user:{action.user_message.message_id}"
+            existed, anchored = await self.svc.store.find_anchor(self.conversation_id, anchor)
             if existed and anchored != self.revision:
                 log.info("[%s] user message %s was edited: branching from revision %s",
                          run.request_id, action.user_message.message_id, anchored)
@@ -275,7 +286,8 @@ class Turn:
                 request_id=run.request_id, state_blob=self.base_state_bytes)
             payload.update(payload_extra or {})
             snapshot = [user_input.snapshot(self.base_state_bytes)]
-        await self._append([NewMessage("user", "runtime", payload, event_id, run.request_id)], blobs=snapshot)
+        await self._append([NewMessage("user", "runtime", payload, event_id, run.request_id)], blobs=snapshot,
+                           anchor=anchor)
         # The initial checkpoint's ACK round trips overlap the provider's time to first token: the
         # first model event waits for it (frame order is unchanged), and so does a failure.
         self._initial_publish = asyncio.ensure_future(
@@ -313,22 +325,28 @@ class Turn:
 
     # ---- history writes and checkpoints ----------------------------------------------------------
 
-    async def _append(self, new: list[NewMessage], *, blobs: Sequence[tuple[bytes, bytes, list[BlobRef]]] = ()
-                      ) -> None:
-        """Append to history; `blobs` the messages name (a state snapshot) are stored with them."""
+    async def _append(self, new: list[NewMessage], *, blobs: Sequence[tuple[bytes, bytes, list[BlobRef]]] = (),
+                      anchor: str | None = None) -> None:
+        """Append to history; `blobs` the messages name (a state snapshot) are stored with them, and
+        so are the input `anchor` first used here and the run's base, while it is not recorded."""
         try:
-            revision = await self.svc.store.append(
+            revision, stored = await self.svc.store.append(
                 self.conversation_id, self.revision, new, fence_request_id=self.run.request_id,
-                blobs=blobs, user_id=self.run.user)
+                blobs=blobs, user_id=self.run.user, anchor=anchor, run_base=self._records_base(), returning=True)
         except StaleRun as e:
             raise RunCanceled(str(e)) from None
-        await self._advance(revision, {blob_id: data for blob_id, data, _ in blobs})
+        self._base_recorded = self._base_recorded or self.revision == self._base
+        await self._advance(revision, stored, {blob_id: data for blob_id, data, _ in blobs})
 
-    async def _advance(self, revision: int | None, known: dict[bytes, bytes] | None = None) -> None:
-        """Move to a revision this run just appended on top of its own: read and fold in only what
-        it added."""
+    def _records_base(self) -> bool:
+        """This append (the run's first on its base) records the run's base revision."""
+        return not self._base_recorded and self.revision == self._base
+
+    async def _advance(self, revision: int | None, new: list[StoredMessage],
+                       known: dict[bytes, bytes] | None = None) -> None:
+        """Move to a revision this run just appended on top of its own: fold in what it added (as the
+        store returned it: nothing is read back)."""
         if revision != self.revision:
-            new = await self.svc.store.messages_since(revision, self.revision)
             if sum(m.size for m in new) <= FOLD_ON_LOOP_BYTES:
                 self.history.extend(new, known)
             else:  # a large tool result: decoding and hashing it is real work
@@ -423,13 +441,13 @@ class Turn:
 
     async def _complete_call(self, round_id: str, call_index: int, new: list[NewMessage], *, is_error: bool) -> None:
         try:
-            _, revision = await self.svc.store.complete_call(
+            _, revision, stored = await self.svc.store.complete_call(
                 round_id, call_index, self.conversation_id, self.revision, new,
-                fence_request_id=self.run.request_id, is_error=is_error,
+                fence_request_id=self.run.request_id, is_error=is_error, returning=True,
             )
         except StaleRun as e:
             raise RunCanceled(str(e)) from None
-        await self._advance(revision)
+        await self._advance(revision, stored)
 
     async def _finish_text(self, result: CallResult) -> None:
         staged = await self._project(proj.Pending(result.item, result.thinking_ms, result.usage))

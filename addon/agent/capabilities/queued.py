@@ -235,6 +235,8 @@ class Queue(TurnHooks):
         self.loaded = True
         turn = self.turn
         store, cid = turn.svc.store, turn.conversation_id
+        if _background:  # an earlier run's cancellations: read after them (reads may overtake writes)
+            await asyncio.gather(*list(_background), return_exceptions=True)
         in_history = turn.history.event_ids
         action = turn.request.action
         own = (f"user-message:{action.user_message_action.user_message.message_id}"
