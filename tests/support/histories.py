@@ -5,11 +5,13 @@ errors), messages delivered mid-run, background completions, user shell commands
 
 `Steps` is a hypothesis strategy of history-building steps; `History.run(steps)` plays them and
 returns the stored messages, grouped the way a run appends them (a checkpoint may follow any group).
+With a `sink`, each message is stored as it is made (its id is the store's: summaries name them).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hypothesis import strategies as st
@@ -19,7 +21,7 @@ from byok.agent.cursor import projection as proj
 from byok.agent.cursor import subagent_state
 from byok.agent.cursor.tools import task as task_codec
 from byok.proto import agent_pb2 as apb
-from byok.providers.transcript import AssistantItem, TextPart, ToolCall, ToolResultItem
+from byok.providers.transcript import AssistantItem, TextPart, ToolCall, ToolResultItem, ToolSpec
 from byok.store import StoredMessage
 
 
@@ -71,10 +73,17 @@ class History:
     blobs: dict[bytes, bytes] = field(default_factory=dict)
     """Imported roots and turns, and every state snapshot (by id)."""
     n: int = 0
+    step: int = 0
+    sink: Callable[[str, str, dict, str | None], StoredMessage] | None = None
+    """(role, origin, payload, runtime event id) -> the message as stored."""
 
     def _add(self, role: str, payload: dict, event_id: str | None = None) -> StoredMessage:
         self.n += 1
-        msg = StoredMessage(self.n, role, "runtime" if role == "user" else role, payload, event_id, f"r{self.n}", self.n)
+        origin = {"user": "runtime", "import": "imported"}.get(role, role)
+        if self.sink is not None:
+            msg = self.sink(role, origin, payload, event_id)
+        else:
+            msg = StoredMessage(self.n, role, origin, payload, event_id, f"r{self.n}", self.n)
         self.messages.append(msg)
         return msg
 
@@ -171,9 +180,12 @@ class History:
         self.group(self._add("import", payload))
 
     def run(self, steps: list[tuple]) -> "History":
-        """Play steps; a history always starts with a user turn (an import may come first)."""
-        started = False
-        for i, (kind, *args) in enumerate(steps, start=1):
+        """Play steps (more of them continue the history); it always starts with a user turn (an
+        import may come first)."""
+        started = bool(self.messages)
+        for kind, *args in steps:
+            self.step += 1
+            i = self.step
             if kind == "import" and not self.messages:
                 self.imported(i)
             elif kind == "turn" or not started:
@@ -212,3 +224,64 @@ STEP = st.one_of(
 Steps = st.one_of(st.lists(STEP, min_size=1, max_size=30),
                   st.lists(STEP, min_size=1, max_size=20).map(lambda s: [("import",), *s]))
 """Histories of up to 30 steps; some begin with an imported client checkpoint."""
+
+
+# ---- warm against cold ---------------------------------------------------------------------------
+
+CTX = proj.ProjectionContext(
+    system_prompt="You are a test.", tools=(ToolSpec("Read", "read a file", {"type": "object"}),),
+    base_state=apb.ConversationStateStructure(read_paths=["/w/f1.txt", "/client"]).SerializeToString(),
+    mode=apb.AGENT_MODE_AGENT, max_tokens=128000, parent_tool_call_id="call-parent")
+PENDING = st.none() | st.just(proj.Pending(AssistantItem(text="staged", thinking="t"), 4,
+                                           {"input_tokens": 9, "output_tokens": 1}))
+
+
+def outcome(projector: proj.Projector, pending):
+    """The checkpoint, or the error it raised (a round still missing results raises the same on both)."""
+    try:
+        return projector.checkpoint(CTX, pending)
+    except Exception as e:  # noqa: BLE001 - compared by type
+        return type(e)
+
+
+def same(warm, cold, held: set[bytes], stored: dict[bytes, bytes]) -> None:
+    """`warm` and `cold` are one checkpoint: the same state bytes, GC roots, and the same blobs to
+    SET to a client holding `held`; `warm` has the bytes of each (or the store has them)."""
+    if isinstance(cold, type) or isinstance(warm, type):
+        assert warm == cold
+        return
+    assert warm.state_bytes() == cold.state_bytes()
+    assert warm.roots_digest == cold.roots_digest and warm.last_turn_steps == cold.last_turn_steps
+    assert set(warm.top_level_ids()) == set(cold.top_level_ids())
+    missing = warm.missing(held)
+    assert [b.blob_id for b in missing] == [b.blob_id for b in cold.missing(held)]
+    for blob in missing:
+        data = blob.data if blob.data is not None else stored.get(blob.blob_id)
+        assert data is not None and proj.sha256(data) == blob.blob_id
+
+
+CHOICES = st.lists(st.tuples(st.booleans(), PENDING, st.booleans()), min_size=40, max_size=40)
+"""After each group of messages: (take a checkpoint?, with this pending assistant, then a new run?)."""
+
+
+def warm_against_cold(steps: list[tuple], choices: list[tuple]) -> None:
+    """One projector extended group by group across runs (a run's base: the client holds what the
+    last published checkpoint names, and the projector forgets the bytes), against the whole
+    history folded at once at every checkpoint."""
+    h = History().run(steps)
+    warm = proj.Projector(h.blobs)
+    held: set[bytes] = set()
+    done = 0
+    for group, (check, pending, next_run) in zip(h.groups, [*choices, *[(True, None, False)] * len(h.groups)]):
+        warm.extend(group, known=h.blobs)
+        done += len(group)
+        if not check:
+            continue
+        checkpoint = outcome(warm, pending)
+        same(checkpoint, outcome(proj.Projector(h.blobs).extend(h.messages[:done]), pending), held, h.blobs)
+        if isinstance(checkpoint, type):
+            continue
+        held.update(b.blob_id for b in checkpoint.missing(held))  # published: the client holds it now
+        if pending is None and next_run:
+            held |= checkpoint.blob_ids()
+            warm.release()
