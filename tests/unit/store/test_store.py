@@ -5,6 +5,7 @@ Every test that takes `store` (or `db_target`) runs twice: on SQLite and on a re
 """
 
 import hashlib
+import json
 import threading
 
 import pytest
@@ -13,6 +14,7 @@ from sqlite_utils import Database
 
 from byok.store import (
     BlobHashMismatch, BlobRef, NewMessage, RunExists, RuntimeEventConflict, StaleRun, Store, SubagentBinding, blob_id,
+    canonical_json,
 )
 from byok.store import db as dbmod
 from byok.store import migrations
@@ -83,6 +85,55 @@ def test_first_migration_database_upgrades_to_latest(db_target):
     store = Store.open(db_target)  # applies the rest
     assert migrations.applied(store.db) == [m.name for m in migrations.migrations._migrations]
     assert store.conversation("c") is not None
+    store.close()
+
+
+def test_state_snapshots_move_out_of_the_message_rows(db_target):
+    """Migration m011: a turn stored with its state snapshot inline (base64 in its JSON; blob_refs as
+    rows of any age had them) keeps only the snapshot's id; the snapshot is a blob, granted to the
+    conversation's user; the history reads and projects as if it had been written so; GC still
+    keeps what published checkpoints named before (published_states.blob_ids) and after."""
+    from byok.agent.cursor import projection as proj
+    from tests.support.histories import History
+
+    old_db = dbmod.connect_postgres(db_target, migrate=False) if db_target.startswith("postgresql://") \
+        else dbmod.SqliteDatabase(Database(db_target).conn)
+    migrations.apply(old_db, stop_before="m011_incremental_history")
+    old_db.execute("INSERT INTO conversations(id, user_id, created_at_ms, updated_at_ms) VALUES ('c', 'ann', 1, 1)")
+    old = History(inline_state=True).run([("turn",), ("answer", True), ("turn",), ("answer", False)])
+    published = [proj.sha256(b"named by an old checkpoint")]
+    for n, msg in enumerate(old.messages, start=1):
+        payload = msg.payload
+        if n == 1:
+            payload["blob_refs"] = []  # rows older still named nothing
+        old_db.execute("INSERT INTO messages(conversation_id, role, origin, payload, runtime_event_id, request_id,"
+                       " created_at_ms) VALUES ('c', ?, ?, ?, ?, ?, 1)",
+                       [msg.role, msg.origin, canonical_json(payload), msg.runtime_event_id, msg.request_id])
+        old_db.execute("INSERT INTO revisions(conversation_id, parent_id, message_id, length, created_at_ms)"
+                       " VALUES ('c', ?, ?, ?, 1)", [n - 1 if n > 1 else None, n, n])
+    old_db.execute("INSERT INTO blobs(id, data, size, created_at_ms) VALUES (?, ?, 1, 1)", [published[0], b"x"])
+    old_db.execute("INSERT INTO published_states(conversation_id, roots_digest, revision_id, blob_ids, created_at_ms)"
+                   " VALUES ('c', 'digest', 4, ?, 1)", [json.dumps([published[0].hex()])])
+    old_db.close()
+
+    store = Store.open(db_target)  # applies m011
+    migrated = store.messages(4)
+    turns = [m for m in migrated if m.payload["kind"] == "runtime"]
+    now = History().run([("turn",), ("answer", True), ("turn",), ("answer", False)])  # as written today
+    assert [m.payload for m in migrated] == [m.payload for m in now.messages]
+    for turn in turns:
+        assert "state_blob" not in turn.payload["turn"]
+        state_id = bytes.fromhex(turn.payload["blob_refs"][1])
+        assert store.get_blob(state_id, user_id="ann") == old.blobs[state_id]
+    ctx = proj.ProjectionContext("sys", (), b"", 1)
+    assert proj.project(migrated, ctx).state_bytes() == proj.project(now.messages, ctx).state_bytes()
+    named_now = proj.sha256(b"named now")
+    store.put_blob(named_now, b"named now")
+    store.record_published("c", "digest-2", 4, [named_now])
+    assert store.count("published_blobs") == 1
+    stats = store.gc(retention_ms=0)
+    assert stats.swept == 0  # the old checkpoint's blob, the new one's, the snapshots (named by messages)
+    assert store.get_blob(published[0]) == b"x" and store.get_blob(named_now) == b"named now"
     store.close()
 
 
