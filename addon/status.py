@@ -10,28 +10,19 @@ proxy's environment (true/false, never the key). Only clients on this machine (l
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import time
 
 from mitmproxy import http
 
+from .access import peer_is_loopback
 from .agent.config import ProvidersFile
 
 STATUS_HOST = "cursor-byok.invalid"
 """`.invalid` never resolves (RFC 6761): a request for it cannot reach anything but this addon."""
 STATUS_URL = f"http://{STATUS_HOST}/status"
 SERVICE = "cursor-byok"
-
-
-def is_loopback(peer) -> bool:
-    try:
-        address = ipaddress.ip_address(peer[0])
-    except (TypeError, ValueError, IndexError):
-        return False
-    mapped = getattr(address, "ipv4_mapped", None)
-    return address.is_loopback or bool(mapped and mapped.is_loopback)
 
 
 def status(providers: ProvidersFile, mode: str | None = None) -> dict:
@@ -67,7 +58,7 @@ class StatusEndpoint:
         if flow.request.pretty_host != STATUS_HOST or flow.response is not None:
             return
         flow.metadata["byok"] = "status"
-        if not is_loopback(flow.client_conn.peername):
+        if not peer_is_loopback(flow.client_conn.peername):
             flow.response = http.Response.make(
                 403, b"cursor-byok status is answered only to clients on this machine\n",
                 {"content-type": "text/plain"})
