@@ -31,6 +31,10 @@ RunStreamHandler = Callable[[str, "ChunkedBody", "ChunkedResponse"], Awaitable[N
 """(token from x-byok-run, request body, response) -> serves one HTTP/2 Run."""
 
 
+class MalformedRequest(Exception):
+    """A request this server cannot read (a bad chunk size or content-length): answered 400, closed."""
+
+
 class BodyAborted(Exception):
     """The request body stopped inside a chunk: mitmproxy closed the connection (client reset)."""
 
@@ -51,14 +55,14 @@ class ChunkedBody:
             raise StopAsyncIteration
         try:
             while True:
-                size = int((await self._reader.readuntil(b"\r\n")).split(b";")[0], 16)
+                size = _number((await self._reader.readuntil(b"\r\n")).split(b";")[0], 16, "chunk size")
                 if size == 0:
                     await self._reader.readuntil(b"\r\n")  # no trailers from mitmproxy
                     self.ended = True
                     raise StopAsyncIteration
                 data = await self._reader.readexactly(size + 2)
                 return data[:-2]
-        except (asyncio.IncompleteReadError, ConnectionError, ValueError, asyncio.LimitOverrunError) as e:
+        except (asyncio.IncompleteReadError, ConnectionError, MalformedRequest, asyncio.LimitOverrunError) as e:
             raise BodyAborted(f"request body cut: {type(e).__name__}") from None
 
 
@@ -149,8 +153,9 @@ class StreamServer:
                 del run  # a kept-alive connection must not hold the finished run until it closes
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
-        except asyncio.CancelledError:
-            pass  # shutdown after the grace period; re-raising only adds asyncio noise on 3.11
+        except (MalformedRequest, asyncio.LimitOverrunError) as e:
+            log.warning("stream server: unreadable request (%s); answered 400", e)
+            writer.write(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
         finally:
             writer.close()
             self._conns.discard(task)
@@ -180,10 +185,20 @@ def _parse_headers(head: bytes) -> dict[str, str]:
 
 async def _drain_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> None:
     if "content-length" in headers:
-        await reader.readexactly(int(headers["content-length"]))
+        await reader.readexactly(_number(headers["content-length"], 10, "content-length"))
     elif headers.get("transfer-encoding", "").lower() == "chunked":
         while True:
-            size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+            size = _number((await reader.readuntil(b"\r\n")).split(b";")[0], 16, "chunk size")
             await reader.readexactly(size + 2)
             if size == 0:
                 return
+
+
+def _number(text: str | bytes, base: int, what: str) -> int:
+    """A chunk size (hex) or content-length (decimal), strictly: digits only (int() would also take
+    signs, underscores and 0x)."""
+    raw = (text.decode("latin-1") if isinstance(text, bytes) else text).strip()
+    digits = "0123456789abcdefABCDEF" if base == 16 else "0123456789"
+    if not raw or len(raw) > 16 or any(c not in digits for c in raw):
+        raise MalformedRequest(f"bad {what} {raw[:40]!r}")
+    return int(raw, base)
