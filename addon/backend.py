@@ -15,18 +15,17 @@ import asyncio
 import logging
 import os
 import socket
-import os
 
 from mitmproxy import ctx, http
 
 from . import options
-from .agent import connect
+from .wire import connect
 from .agent.clock import Clock, CountingIds, FixedClock, Ids
-from .agent.config import ProvidersFile
+from .providers.config import ProvidersFile
 from .agent.cursor.bidi import UnusableAppend, decode_bidi_append, decode_run_sse
-from .agent.errors import AccessDenied, RunError
+from .wire.errors import AccessDenied, RunError
 from .agent.loop import Services, make_turn_factory
-from .agent.providers.io import StreamLimits, make_client
+from .providers.io import StreamLimits, make_client
 from .agent.run import PARENT_TOOL_CALL_HEADER, Run, RunSettings
 from .access import ClientAccess, authenticated_user
 from .agent.team import Team, TeamFile
@@ -125,12 +124,14 @@ class Backend:
         """The web backends as the providers file (hot-reloaded) and the options say now."""
         from .agent.web import WebTools
         from .agent.web.fetch import FetchPolicy
+        from .agent.web.images import ImageBackend
+        from .agent.web.search import search_backend
 
         config = self.providers.current()
         return WebTools(
             http=self.http,
-            search=config.web_search.backend() if config.web_search else None,
-            images=config.image_generation.backend() if config.image_generation else None,
+            search=search_backend(config.web_search) if config.web_search else None,
+            images=ImageBackend(config.image_generation) if config.image_generation else None,
             fetch=FetchPolicy(allow_private=self.settings.web_fetch_private,
                               max_bytes=self.settings.web_fetch_max_kb * 1024),
         )
@@ -221,7 +222,7 @@ class Backend:
         if request_id and self.runtime is not None and flow.metadata.get("byok_target"):
             run = self.runtime.run(request_id)
             if run is not None and not run.terminal:
-                from .agent.errors import RunCanceled
+                from .wire.errors import RunCanceled
 
                 what = "Run" if flow.metadata.get("byok") == "run" else "RunSSE"
                 run.cancel(RunCanceled(f"the client's {what} stream failed: {flow.error}"))

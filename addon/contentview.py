@@ -36,7 +36,7 @@ from mitmproxy import contentviews, http
 
 from byok.proto import agent_pb2 as apb, aiserver_pb2 as spb
 
-from .agent import connect
+from .wire import connect
 from .agent.cursor.bidi import append_message
 from .router import BIDI_APPEND_PATH, RUN_PATH, RUN_SSE_PATH
 

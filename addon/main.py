@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .access import ClientAccess
-from .agent.config import ProvidersFile
+from .providers.config import ProvidersFile
 from .backend import Backend
 from .contentview import ContentViewRegistrar
 from .duplex import VersionGate

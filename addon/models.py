@@ -46,13 +46,12 @@ from google.protobuf.message import DecodeError
 from mitmproxy import ctx, http
 from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 
-from byok.agent.config import ModelRoute, ProvidersFile
-from byok.agent.connect import (
-    FLAG_COMPRESSED, FLAG_END_STREAM, HEADER, encode_end_stream, encode_envelope, parse_end_stream,
-    split_envelopes,
+from byok.providers.config import ModelRoute, ProvidersFile
+from byok.wire.connect import (
+    FLAG_COMPRESSED, FLAG_END_STREAM, HEADER, encode_end_stream, encode_envelope, parse_end_stream, split_envelopes,
 )
 from byok.proto import agent_pb2, aiserver_pb2
-from byok.protowire import WireError, encode_len, iter_fields, replace_field
+from byok.wire.protowire import WireError, encode_len, iter_fields, replace_field
 
 logger = logging.getLogger("byok.models")
 

@@ -1,6 +1,6 @@
 """The providers file inside mitmproxy: follows the `byok_config` option and reloads the file.
 
-Owns one `ProvidersFile` (byok.agent.config) that the router (lookup by public id) and the model
+Owns one `ProvidersFile` (byok.providers.config) that the router (lookup by public id) and the model
 list injector (the picker) share. Reloads happen on access (one `stat`) and, so edits are reported
 promptly, from a polling task started in `running`.
 """
@@ -13,7 +13,7 @@ import contextlib
 from mitmproxy import ctx
 from mitmproxy.utils.asyncio_utils import create_task
 
-from byok.agent.config import ProvidersFile
+from byok.providers.config import ProvidersFile
 
 
 class ProvidersFileAddon:

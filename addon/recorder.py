@@ -32,7 +32,8 @@ from mitmproxy.hooks import UpdateHook
 from byok.proto import agent_pb2 as apb
 
 from .access import authenticated_user
-from .agent import connect, drift
+from .wire import connect
+from .agent import drift
 from .agent.cursor.bidi import decode_bidi_append, decode_run_sse
 from .agent.run import FrameSink
 from .router import BIDI_APPEND_PATH

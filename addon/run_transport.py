@@ -34,8 +34,8 @@ from google.protobuf.message import DecodeError
 
 from byok.proto import agent_pb2 as apb
 
-from .agent import connect
-from .agent.errors import AccessDenied, ProtocolError, RunCanceled
+from .wire import connect
+from .wire.errors import AccessDenied, ProtocolError, RunCanceled
 from .agent.run import PARENT_TOOL_CALL_HEADER
 from .agent.runtime import Route, Runtime
 from .h2conn import H2Connection, H2Error

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from mitmproxy import ctx, exceptions, http
 
-from byok.protowire import (
+from byok.wire.protowire import (
     WireError, encode_len, encode_varint_field, last_varint, merged_message, replace_field, values,
 )
 

@@ -17,7 +17,7 @@ import time
 from mitmproxy import http
 
 from .access import peer_is_loopback
-from .agent.config import ProvidersFile
+from .providers.config import ProvidersFile
 
 STATUS_HOST = "cursor-byok.invalid"
 """`.invalid` never resolves (RFC 6761): a request for it cannot reach anything but this addon."""

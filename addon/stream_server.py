@@ -18,8 +18,8 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from .agent import connect
-from .agent.errors import RunCanceled
+from .wire import connect
+from .wire.errors import RunCanceled
 from .agent.run import Run
 
 log = logging.getLogger("byok.stream")

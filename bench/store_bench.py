@@ -24,7 +24,7 @@ from pathlib import Path
 
 from byok.agent import history
 from byok.agent.cursor import projection as proj
-from byok.agent.transcript import AssistantItem, TextPart, ToolCall, ToolResultItem, ToolSpec
+from byok.providers.transcript import AssistantItem, TextPart, ToolCall, ToolResultItem, ToolSpec
 from byok.proto import agent_pb2 as apb
 from byok.store import AsyncStore, BlobRef, NewMessage, Store, blob_id
 

@@ -40,7 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from byok.agent import connect  # noqa: E402
+from byok.wire import connect  # noqa: E402
 from byok.agent.cursor import updates  # noqa: E402
 from byok.cli.client import CursorClient, user_turn_request  # noqa: E402
 from tests.e2e.conftest import start_proxy  # noqa: E402

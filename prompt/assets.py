@@ -29,8 +29,8 @@ from typing import Any
 import jinja2
 import jinja2.meta
 
-from byok.agent.errors import ConfigError
-from byok.agent.transcript import ToolSpec
+from byok.wire.errors import ConfigError
+from byok.providers.transcript import ToolSpec
 from byok.proto import agent_pb2
 
 __all__ = [

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from byok.agent.config import public_model_id
+from byok.providers.config import public_model_id
 from byok.cli.capture import Capture, Redactor, export, merge_provider_requests, provider_request_record
 from byok.cli.client import CursorClient, RunResult, user_turn_request
 from byok.cli.common import open_db

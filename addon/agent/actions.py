@@ -21,9 +21,10 @@ from collections.abc import Awaitable, Callable
 from byok.proto import agent_pb2 as apb
 from byok.proto import aiserver_pb2 as spb
 
-from . import compaction, connect, queued
+from . import compaction, queued
+from ..wire import connect
 from .cursor import context as request_context
-from .errors import ProtocolError, RunError, error_details
+from ..wire.errors import ProtocolError, RunError, error_details
 from .turn_base import TurnState
 
 RunAction = Callable[[TurnState], Awaitable[bool]]

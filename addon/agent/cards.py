@@ -17,7 +17,7 @@ from byok.proto import agent_pb2 as apb
 from .cursor import updates
 from .cursor.tools import registry
 from .cursor.tools.base import ArgsStream, ToolArgsError, ToolDef
-from .providers.base import ToolCallDelta, ToolCallEnd, ToolCallStart
+from ..providers.base import ToolCallDelta, ToolCallEnd, ToolCallStart
 
 if TYPE_CHECKING:
     from .turn_base import TurnState

@@ -34,15 +34,15 @@ from byok.proto import agent_pb2 as apb
 from byok.store import NewMessage, StoredMessage
 
 from . import history
-from .config import ModelRoute
+from ..providers.config import ModelRoute
 from .cursor import projection as proj
 from .cursor import updates
-from .errors import ConfigError, ProviderError, RunError
+from ..wire.errors import ConfigError, ProviderError, RunError
 from .model_call import USAGE_KEYS, add_usage, usage_dict
-from .providers import adapter_for
-from .providers.base import ModelCycle, ModelRequest
-from .providers.io import CallMetrics, stream_http
-from .transcript import AssistantItem, ImagePart, TextPart, ToolResultItem, UserItem
+from ..providers import adapter_for
+from ..providers.base import ModelCycle, ModelRequest
+from ..providers.io import CallMetrics, stream_http
+from ..providers.transcript import AssistantItem, ImagePart, TextPart, ToolResultItem, UserItem
 from .turn_base import TurnHooks, TurnState
 
 log = logging.getLogger("byok.compaction")

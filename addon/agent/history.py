@@ -17,8 +17,8 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .errors import InternalError, ProtocolError
-from .transcript import (
+from ..wire.errors import InternalError, ProtocolError
+from ..providers.transcript import (
     AssistantItem, ImagePart, TextPart, ToolCall, ToolResultItem, TranscriptItem, UserItem, UserPart,
 )
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Generic, TypeVar
 
-from .errors import ProtocolError
+from ..wire.errors import ProtocolError
 
 T = TypeVar("T")
 

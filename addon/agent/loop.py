@@ -22,14 +22,14 @@ from byok.prompt.assets import ModeAssets
 from byok.store import BlobRef, ConversationOfAnotherUser, NewMessage, RunExists, StaleRun, StoredMessage
 
 from . import actions, capabilities, history, tool_round, user_input
-from .config import ModelRoute
+from ..providers.config import ModelRoute
 from .cursor import projection as proj
 from .cursor import request_parts
 from .cursor import updates
 from .cursor.importer import import_checkpoint
-from .errors import AccessDenied, AlreadyExists, ConfigError, ProviderError, RunCanceled, RunError
+from ..wire.errors import AccessDenied, AlreadyExists, ConfigError, ProviderError, RunCanceled, RunError
 from .model_call import ModelCall
-from .providers.base import Done
+from ..providers.base import Done
 from .run import Run
 from .runtime import requested_model_id
 from .turn_base import CallResult, Services, TurnHooks

@@ -21,15 +21,15 @@ from datetime import datetime, timezone
 from . import history
 from .cards import Cards
 from .clock import Clock
-from .config import redact
+from ..providers.config import redact
 from .cursor import updates
-from .errors import ConfigError, ProviderError
-from .providers import adapter_for
-from .providers.base import (
+from ..wire.errors import ConfigError, ProviderError
+from ..providers import adapter_for
+from ..providers.base import (
     ModelCycle, ModelRequest, TextDelta, ThinkingDelta, ThinkingEnd, ThinkingStart, ToolCallStart, Usage,
 )
-from .providers.io import CallMetrics, stream_http
-from .transcript import AssistantItem, TextPart, ToolCall, UserItem
+from ..providers.io import CallMetrics, stream_http
+from ..providers.transcript import AssistantItem, TextPart, ToolCall, UserItem
 from .turn_base import CallResult, TurnState
 
 USAGE_KEYS = updates.USAGE_FIELDS

@@ -37,8 +37,8 @@ from byok.store import NewMessage
 
 from . import history, user_input
 from .cursor import updates
-from .errors import InternalError, RunError
-from .transcript import TextPart
+from ..wire.errors import InternalError, RunError
+from ..providers.transcript import TextPart
 from .turn_base import TurnHooks, TurnState
 
 log = logging.getLogger("byok.queued")

@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 
 from byok.proto import agent_pb2 as apb
 
-from . import connect, drift
+from ..wire import connect
+from . import drift
 from .cursor import updates
-from .errors import AckTimeout, InternalError, ProtocolError, RunCanceled, RunError, ShuttingDown
+from ..wire.errors import AckTimeout, InternalError, ProtocolError, RunCanceled, RunError, ShuttingDown
 
 log = logging.getLogger("byok.run")
 

@@ -22,7 +22,7 @@ from byok.proto import agent_pb2 as apb
 
 from .clock import Clock, Ids
 from .cursor import updates
-from .errors import ProtocolError, RunCanceled, RunError, ShuttingDown
+from ..wire.errors import ProtocolError, RunCanceled, RunError, ShuttingDown
 from .inbox import Inbox
 from .run import FrameSink, Run, RunSettings
 

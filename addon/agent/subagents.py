@@ -60,7 +60,7 @@ from .cursor.tools import registry as tool_registry
 from .cursor.tools import task as task_codec
 from .cursor.tools.base import CallIO, ToolOutcome
 from .cursor.tools.common import Args
-from .errors import ProtocolError, RunCanceled
+from ..wire.errors import ProtocolError, RunCanceled
 from .run import Run
 from .turn_base import TurnHooks, TurnState
 

@@ -33,8 +33,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .config import ConfigFileError, ModelRoute
-from .errors import AccessDenied, BudgetExceeded, ConfigError
+from ..providers.config import ConfigFileError, ModelRoute
+from ..wire.errors import AccessDenied, BudgetExceeded, ConfigError
 
 log = logging.getLogger("byok.team")
 
@@ -312,7 +312,7 @@ class Team:
     def dollars(self, usage: dict) -> float:
         """Cost of per-model token sums at the models' prices as configured now (pricing.py's formula
         per dialect). A model that has no prices any more adds nothing."""
-        from .pricing import cost
+        from ..providers.pricing import cost
 
         total = 0.0
         for (public_id, kind), u in usage.items():

@@ -26,9 +26,9 @@ from .cursor import updates
 from .cursor.tools import registry
 from .cursor.tools.base import RunToolContext, ToolArgsError, ToolOutcome
 from .cursor.tools.dispatch import CallPort, ExecTable
-from .errors import RunError
-from .providers.base import Done
-from .transcript import AssistantItem, ToolCall, ToolResultItem
+from ..wire.errors import RunError
+from ..providers.base import Done
+from ..providers.transcript import AssistantItem, ToolCall, ToolResultItem
 from .turn_base import CallResult, TurnState
 
 log = logging.getLogger("byok.tools")

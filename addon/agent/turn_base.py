@@ -23,20 +23,20 @@ from byok.prompt.assets import ModeAssets, PromptAssets
 from byok.store import AsyncStore, NewMessage, StoredMessage
 
 from .clock import Clock, Ids
-from .config import ModelRoute
-from .providers.io import StreamLimits
+from ..providers.config import ModelRoute
+from ..providers.io import StreamLimits
 from .team import Team
 
 if TYPE_CHECKING:
     from byok.proto import agent_pb2 as apb
 
     from .cursor import projection as proj
-    from .errors import RunError
+    from ..wire.errors import RunError
     from .cursor.tools.base import RunToolContext, ToolDef
     from .cursor.tools.dispatch import ExecTable
-    from .providers.base import Done
+    from ..providers.base import Done
     from .run import Run
-    from .transcript import AssistantItem, ToolSpec
+    from ..providers.transcript import AssistantItem, ToolSpec
     from .web import WebTools
 
 

@@ -21,7 +21,7 @@ from . import history
 from .cursor import context as request_context
 from .cursor import projection as proj
 from .cursor import request_parts
-from .transcript import TextPart
+from ..providers.transcript import TextPart
 from .turn_base import TurnState
 
 log = logging.getLogger("byok.loop")

@@ -21,8 +21,8 @@ from .cursor import updates
 from .cursor.tools.common import cap_tail
 from .cursor.tools.dispatch import CallPort
 from .cursor.tools.shell import SHELL
-from .errors import ProtocolError
-from .transcript import TextPart
+from ..wire.errors import ProtocolError
+from ..providers.transcript import TextPart
 from .turn_base import TurnState
 
 

@@ -121,7 +121,7 @@ class Redactor:
 
     @classmethod
     def from_routes(cls, routes: Iterable, *, home: str | None = None) -> "Redactor":
-        from byok.agent.config import redact
+        from byok.providers.config import redact
 
         # `redact` owns what counts as key material of a route; recover the strings it replaces.
         secrets: list[str] = []
@@ -224,7 +224,7 @@ class Redactor:
         """Connect error details carry `aiserver.v1.ErrorDetails` as base64 protobuf: redact inside."""
         from google.protobuf import json_format
 
-        from byok.agent import connect
+        from byok.wire import connect
         from byok.proto import aiserver_pb2 as spb
 
         details = (trailer or {}).get("error", {}).get("details") if isinstance(trailer, dict) else None

@@ -175,7 +175,7 @@ def _print_diff(out, text: str) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from byok.agent.config import ConfigFileError, load_providers
+    from byok.providers.config import ConfigFileError, load_providers
 
     from . import capture as cap
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from byok.agent import connect
+from byok.wire import connect
 from byok.agent.cursor.bidi import encode_bidi_append
 from byok.proto import agent_pb2 as apb, aiserver_pb2 as spb
 

@@ -142,7 +142,7 @@ def check_providers(path: Path, served: dict | None = None) -> Check:
     """The providers file as this shell reads it, and, when the proxy answers its status, what the
     running proxy really serves (it keeps the last good config over a bad edit, and only its own
     environment holds the key variables)."""
-    from byok.agent.config import ConfigFileError, load_providers
+    from byok.providers.config import ConfigFileError, load_providers
 
     proxy_config = (served or {}).get("config") or {}
     served_models = {m.get("public_id"): m for m in proxy_config.get("models") or [] if isinstance(m, dict)}

@@ -14,7 +14,7 @@ from typing import Any
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 
-from byok.agent import connect
+from byok.wire import connect
 from byok.proto import agent_pb2 as apb
 
 HEARTBEAT_KINDS = frozenset({"interaction_update.heartbeat", "client_heartbeat"})

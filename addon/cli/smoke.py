@@ -87,7 +87,7 @@ class SmokeModel:
 
 def _local_models(config_path: Path) -> tuple[list[SmokeModel], str | None]:
     """The models of the providers file as this shell reads it, or why there are none."""
-    from byok.agent.config import ConfigFileError, load_providers
+    from byok.providers.config import ConfigFileError, load_providers
 
     if not config_path.exists():
         return [], f"no providers file at {config_path}: write one (docs/providers.md) or pass --config"
@@ -178,7 +178,7 @@ async def _smoke(args: argparse.Namespace, route: SmokeModel, ca: str, workspace
     import httpx
     from google.protobuf.message import DecodeError
 
-    from byok.agent import connect
+    from byok.wire import connect
 
     from byok.proto import agent_pb2 as apb
 

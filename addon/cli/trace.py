@@ -17,7 +17,7 @@ from decimal import Decimal
 from pathlib import Path
 
 
-from byok.agent.pricing import usd
+from byok.providers.pricing import usd
 
 from .common import console, db_arg, default_config, default_db, fail, iso_ms, open_db
 from .output import Column, emit_json, facts, heading, line, styled, table
@@ -173,7 +173,7 @@ CALL_FIELDS = ("call_index", "model_call_id", "provider", "provider_kind", "mode
 def provider_calls(conn: sqlite3.Connection, request_id: str, prices: dict | None = None) -> list[dict]:
     """Each call as stored, with `cost_usd` from its model's prices (None: no prices configured).
     `purpose`: None for the turn's own calls, "summary" for a compaction (docs/conversations.md)."""
-    from byok.agent.pricing import cost
+    from byok.providers.pricing import cost
 
     rows = conn.execute("SELECT * FROM llm_calls WHERE request_id = ? ORDER BY call_index", [request_id]).fetchall()
     out = []

@@ -1,7 +1,7 @@
 """`cursor-byok usage`: tokens and dollars per model and day, from the provider calls in the store.
 
 Numbers are what providers reported (a call without usage adds nothing, it is not estimated). Costs
-use each model's `prices` in the providers file as it is now (byok.agent.pricing has the formula per
+use each model's `prices` in the providers file as it is now (byok.providers.pricing has the formula per
 dialect); a model without prices shows tokens only, and the output says prices are not configured.
 `--plot FILE.png` draws tokens and cost per day and model with matplotlib (the optional `plot` extra).
 """
@@ -71,7 +71,7 @@ def usage_rows(conn: sqlite3.Connection, since: date | None = None, until: date 
     """Per (day, model) sums; `prices` = public id -> Prices fills `cost`. With `by="user"` per
     (day, proxyauth user of the run), '-' for runs without one (the single user): `Row.model` then
     holds the user name, and the cost is None when any of the user's models has no prices."""
-    from byok.agent.pricing import cost
+    from byok.providers.pricing import cost
 
     sums = ", ".join(f"coalesce(sum(c.{f}), 0)" for f in TOKEN_FIELDS)
     key = ("coalesce(r.user_id, '-')" if by == "user"
@@ -112,7 +112,7 @@ def _per_key(rows: list[Row]) -> list[Row]:
 
 def load_prices(path: Path) -> tuple[dict, dict, str | None]:
     """(public id -> Prices, public id -> prices as JSON, why prices are unavailable or None)."""
-    from byok.agent.config import ConfigFileError, load_providers
+    from byok.providers.config import ConfigFileError, load_providers
 
     if not path.exists():
         return {}, {}, f"no providers file at {path}"
@@ -173,7 +173,7 @@ HEADERS = ("calls", "failed", "input", "output", "cache read", "cache write", "r
 
 def print_table(out, rows: list[Row], totals: dict, total_cost: Decimal, unpriced: list[str], *,
                 by: str = "model") -> None:
-    from byok.agent.pricing import usd
+    from byok.providers.pricing import usd
 
     columns = [Column("day", in_records=False), Column(by, in_records=False),
                *(Column(h, "right") for h in HEADERS), Column("cost", "right")]

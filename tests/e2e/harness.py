@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from byok.agent.config import public_model_id
+from byok.providers.config import public_model_id
 from byok.cli.client import CursorClient, RunResult, user_turn_request
 from byok.cli.executor import LocalExecutor
 from byok.cli.h2client import H2CursorClient

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from byok.agent import actions, connect
+from byok.agent import actions
+from byok.wire import connect
 from byok.cli.client import user_turn_request
 from byok.cli.executor import LocalExecutor, ScriptedQueries
 from byok.proto import agent_pb2 as apb

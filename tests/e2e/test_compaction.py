@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from byok.agent import connect
+from byok.wire import connect
 from byok.cli.client import user_turn_request
 from byok.proto import agent_pb2 as apb, aiserver_pb2 as spb
 from tests.e2e.conftest import run

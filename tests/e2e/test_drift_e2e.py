@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from google.protobuf.internal import encoder
 
-from byok.agent import connect
+from byok.wire import connect
 from byok.agent.cursor import updates
 from byok.cli.client import user_turn_request
 from byok.proto import agent_pb2 as apb

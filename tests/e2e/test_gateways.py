@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from byok.agent import connect
+from byok.wire import connect
 from byok.cli.client import user_turn_request
 from byok.cli.executor import LocalExecutor
 from tests.e2e.conftest import run, start_proxy

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from byok.agent import connect
+from byok.wire import connect
 from byok.cli.client import user_turn_request
 from byok.h2conn import H2Connection
 from byok.proto import agent_pb2 as apb

@@ -10,7 +10,7 @@ import sqlite3
 
 import pytest
 
-from byok.agent import connect
+from byok.wire import connect
 from byok.cli.client import resume_request, user_turn_request
 from byok.proto import agent_pb2 as apb, aiserver_pb2 as spb
 from tests.e2e.conftest import run, start_proxy

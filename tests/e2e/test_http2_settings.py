@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from byok.proto import agent_pb2 as apb, aiserver_pb2 as spb
-from byok.protowire import replace_field
+from byok.wire.protowire import replace_field
 from tests.e2e.conftest import run, start_proxy
 from tests.support.fake_cursor import FakeCursor
 from tests.support.server_config import server_config

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from byok.agent import connect
+from byok.wire import connect
 from byok.cli.client import resume_request, user_turn_request
 from byok.proto import agent_pb2 as apb
 from tests.e2e.conftest import run, start_proxy

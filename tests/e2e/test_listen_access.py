@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from byok.agent.config import public_model_id
+from byok.providers.config import public_model_id
 from byok.cli.doctor import check_listener
 from tests.e2e.harness import ROOT, Proxy, model_entry, providers_toml
 from tests.support.netns import VethNamespace, unavailable_reason

@@ -14,7 +14,7 @@ import time
 import httpx
 import pytest
 
-from byok.agent import connect
+from byok.wire import connect
 from byok.cli.client import user_turn_request
 from byok.proto import agent_pb2 as apb
 from tests.e2e.conftest import run, start_proxy

@@ -16,7 +16,7 @@ import pytest
 from mitmproxy import io as mitmio
 
 from byok import contentview
-from byok.agent import connect
+from byok.wire import connect
 from byok.agent.cursor import updates
 from byok.agent.cursor.bidi import encode_bidi_append
 from byok.cli.client import user_turn_request

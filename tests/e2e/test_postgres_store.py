@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from byok.agent import connect
+from byok.wire import connect
 from byok.cli.client import user_turn_request
 from tests.e2e.conftest import run, start_proxy
 from tests.e2e.harness import newer_turn_while_streaming, run_with_executor

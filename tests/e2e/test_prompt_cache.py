@@ -136,7 +136,7 @@ def test_prompt_cache_key_is_off_by_default_and_cache_tokens_absent_when_never_r
 
 def _usage_of(kind: str, rec):
     """The usage the scripted response carried (what the provider reported)."""
-    from byok.agent.providers.base import Usage
+    from byok.providers.base import Usage
 
     last = rec.script.items[-2] if kind == "openai_chat" else rec.script.items[-1]
     data = last if isinstance(last, dict) else last.data

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from byok.agent import connect
+from byok.wire import connect
 from byok.cli.client import user_turn_request
 from byok.proto import aiserver_pb2 as spb
 from tests.e2e.conftest import run, start_proxy

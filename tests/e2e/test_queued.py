@@ -11,7 +11,7 @@ import sqlite3
 
 import pytest
 
-from byok.agent import connect
+from byok.wire import connect
 from byok.cli.client import resume_request, user_turn_request
 from byok.cli.executor import LocalExecutor
 from byok.proto import agent_pb2 as apb

@@ -15,7 +15,7 @@ import shutil
 
 import pytest
 
-from byok.agent import connect
+from byok.wire import connect
 from byok.cli.client import CursorClient, resume_request, user_turn_request
 from byok.proto import agent_pb2 as apb
 from tests.e2e.conftest import run, start_proxy

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from byok.agent import connect
+from byok.wire import connect
 from byok.cli.client import RunResult, user_turn_request
 from byok.cli.executor import LocalExecutor
 from byok.cli.subagents import SubagentRunner

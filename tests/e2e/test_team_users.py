@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from byok.agent import connect
+from byok.wire import connect
 from byok.cli import main as cli
 from byok.cli.client import CursorClient, user_turn_request
 from tests.e2e.conftest import run, start_proxy

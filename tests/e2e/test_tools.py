@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from byok.agent import connect
+from byok.wire import connect
 from byok.cli.client import RunResult, user_turn_request
 from byok.cli.executor import FetchPage, LocalExecutor, Misbehave, ScriptedQueries
 from byok.proto import agent_pb2 as apb

@@ -25,10 +25,10 @@ import pytest
 from google.protobuf.descriptor import FieldDescriptor
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from byok.agent import connect
-from byok.agent.config import ConfigFileError, parse_providers
+from byok.wire import connect
+from byok.providers.config import ConfigFileError, parse_providers
 from byok.agent.cursor.bidi import decode_bidi_append, decode_run_sse
-from byok.agent.errors import InternalError, ProviderError, RunError
+from byok.wire.errors import InternalError, ProviderError, RunError
 from byok.proto import agent_pb2 as apb, aiserver_pb2 as spb
 
 pytestmark = [pytest.mark.fuzz, pytest.mark.timeout(1800)]
@@ -332,9 +332,9 @@ def fold_bytes(kind: str, raw: bytes) -> None:
 
     from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
-    from byok.agent.providers import adapter_for
-    from byok.agent.providers.base import ModelCycle, ProviderProtocolError
-    from byok.agent.providers.io import _feed
+    from byok.providers import adapter_for
+    from byok.providers.base import ModelCycle, ProviderProtocolError
+    from byok.providers.io import _feed
 
     fold = adapter_for(kind).new_fold("fuzz")
     cycle = ModelCycle()

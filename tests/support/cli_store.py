@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from byok.agent import connect
+from byok.wire import connect
 from byok.agent.cursor import updates
 from byok.proto import agent_pb2 as apb
 from byok.store import NewMessage, Store, blob_id

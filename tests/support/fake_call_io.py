@@ -21,7 +21,7 @@ from typing import Any
 from google.protobuf.message import Message
 
 from byok.agent.cursor.tools.base import RunToolContext
-from byok.agent.errors import ProtocolError
+from byok.wire.errors import ProtocolError
 from byok.proto import agent_pb2 as apb
 
 EMPTY = "EMPTY"

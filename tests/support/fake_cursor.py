@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from byok.agent import connect
+from byok.wire import connect
 from byok.agent.cursor import updates
 
 

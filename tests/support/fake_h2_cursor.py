@@ -27,7 +27,7 @@ import h2.config
 import h2.connection
 import h2.events
 
-from byok.agent import connect
+from byok.wire import connect
 from byok.agent.cursor import updates
 from byok.proto import agent_pb2 as apb
 from tests.support.fake_cursor import self_signed

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import httpx
 
-from byok.agent.config import public_model_id
+from byok.providers.config import public_model_id
 from byok.cli.client import CursorClient, user_turn_request
 from byok.cli.executor import LocalExecutor
 from tests.e2e.harness import ROOT, model_entry, providers_toml

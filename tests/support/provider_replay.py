@@ -15,12 +15,12 @@ from pathlib import Path
 
 import httpx
 
-from byok.agent.config import ModelRoute
-from byok.agent.errors import RunError
-from byok.agent.providers import adapter_for
-from byok.agent.providers.base import ModelCycle, ModelEvent, ModelRequest, SseEvent
-from byok.agent.providers.io import CallMetrics, stream_model
-from byok.agent.transcript import TextPart, UserItem
+from byok.providers.config import ModelRoute
+from byok.wire.errors import RunError
+from byok.providers import adapter_for
+from byok.providers.base import ModelCycle, ModelEvent, ModelRequest, SseEvent
+from byok.providers.io import CallMetrics, stream_model
+from byok.providers.transcript import TextPart, UserItem
 
 CAPTURES = Path(__file__).resolve().parents[2] / "captures" / "providers"
 TEST_KEY = "sk-test-SECRET-0123456789"

@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-from byok.agent.providers.base import Usage
+from byok.providers.base import Usage
 
 PATHS = {"openai_chat": "/chat/completions", "openai_responses": "/responses", "anthropic": "/messages"}
 KINDS = tuple(PATHS)

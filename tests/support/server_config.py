@@ -9,7 +9,7 @@ re-encodes instead of keeping bytes would be caught.
 from __future__ import annotations
 
 from byok.proto import aiserver_pb2 as spb
-from byok.protowire import encode_len, encode_varint_field
+from byok.wire.protowire import encode_len, encode_varint_field
 
 UNKNOWN_MIDDLE = encode_len(90, b"field from a newer server") + encode_varint_field(91, 300)
 UNKNOWN_TAIL = encode_len(36, b"\x08\x01\x12\x04tail")

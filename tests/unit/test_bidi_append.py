@@ -2,7 +2,7 @@
 
 import pytest
 
-from byok.agent import connect
+from byok.wire import connect
 from byok.agent.cursor.bidi import decode_bidi_append, encode_bidi_append
 from byok.proto import agent_pb2 as apb, aiserver_pb2 as spb
 

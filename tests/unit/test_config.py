@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from byok.agent.config import (
+from byok.providers.config import (
     ConfigFileError, ModelRoute, ProvidersFile, load_providers, parse_providers, public_model_id, redact,
 )
-from byok.agent.errors import ConfigError
+from byok.wire.errors import ConfigError
 
 SECRET = "sk-test-THIS-MUST-NEVER-LEAK-1234567890"
 HEADER_SECRET = "hdr-secret-ALSO-NEVER-LEAK-0987654321"

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from byok.agent.config import ConfigFileError, parse_providers
-from byok.agent.web.search import SearchConfig
+from byok.providers.config import ConfigFileError, parse_providers
+from byok.agent.web.search import search_backend
+from byok.providers.config import SearchConfig
 
 PROVIDER = """
 [[providers]]
@@ -38,7 +39,7 @@ def test_no_tables_means_no_backends():
 def test_searxng_needs_only_its_base_url():
     config, _ = parse('\n[web_search]\nkind = "searxng"\nbase_url = "http://127.0.0.1:8888/"\n')
     assert config.web_search == SearchConfig("searxng", "http://127.0.0.1:8888", max_results=8)
-    assert config.web_search.backend().kind == "searxng"
+    assert search_backend(config.web_search).kind == "searxng"
 
 
 def test_hosted_apis_default_their_base_url_and_need_a_key(monkeypatch):

@@ -5,9 +5,8 @@ import struct
 import pytest
 from hypothesis import given, strategies as st
 
-from byok.agent.connect import (
-    Code, ConnectError, EnvelopeDecoder, ErrorDetail, FLAG_END_STREAM, b64decode_lenient,
-    decode_all, encode_end_stream, encode_envelope, parse_end_stream, split_envelopes, unary_error_body,
+from byok.wire.connect import (
+    Code, ConnectError, EnvelopeDecoder, ErrorDetail, FLAG_END_STREAM, b64decode_lenient, decode_all, encode_end_stream, encode_envelope, parse_end_stream, split_envelopes, unary_error_body,
 )
 from byok.proto import aiserver_pb2 as spb
 

@@ -12,10 +12,10 @@ from mitmproxy import contentviews
 from mitmproxy.test import taddons, tflow, tutils
 
 from byok import contentview as cv
-from byok.agent import connect
+from byok.wire import connect
 from byok.agent.cursor import updates
 from byok.agent.cursor.bidi import encode_bidi_append
-from byok.agent.errors import error_details
+from byok.wire.errors import error_details
 from byok.cli.client import user_turn_request
 from byok.proto import agent_pb2 as apb, aiserver_pb2 as spb
 

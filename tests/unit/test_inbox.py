@@ -1,7 +1,7 @@
 import pytest
 from hypothesis import given, strategies as st
 
-from byok.agent.errors import ProtocolError
+from byok.wire.errors import ProtocolError
 from byok.agent.inbox import Inbox
 
 

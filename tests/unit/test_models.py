@@ -11,9 +11,9 @@ from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 from mitmproxy.test import taddons, tflow
 
 from byok import models as m
-from byok.agent.config import ModelRoute, ProvidersFile, load_providers
-from byok.agent.connect import decode_all, encode_end_stream, encode_envelope
-from byok.agent.errors import ConfigError
+from byok.providers.config import ModelRoute, ProvidersFile, load_providers
+from byok.wire.connect import decode_all, encode_end_stream, encode_envelope
+from byok.wire.errors import ConfigError
 from byok.proto import agent_pb2, aiserver_pb2
 from byok.options import Options
 from byok.providers_file import ProvidersFileAddon
@@ -169,7 +169,7 @@ def test_enveloped_edge_cases(routes):
     out = m.append_to_first_message(encode_end_stream(), tail)
     assert [f.payload for f in decode_all(out)] == [tail, b"{}"]
     # an upstream error end-stream is passed through
-    from byok.agent.connect import Code, ConnectError
+    from byok.wire.connect import Code, ConnectError
     err = encode_end_stream(ConnectError(Code.UNAUTHENTICATED, "log in"))
     assert m.append_to_first_message(err, tail) == err
     with pytest.raises(ValueError):
@@ -524,7 +524,7 @@ def upstream_cli_default() -> bytes:
 
 def cpp_models() -> bytes:
     """Tab's list as peers see it: AvailableCppModelsResponse{models=1 repeated string, default_model=2 string}."""
-    from byok.protowire import encode_len
+    from byok.wire.protowire import encode_len
     return encode_len(1, b"fast-cpp") + encode_len(1, b"tab-2") + encode_len(2, b"fast-cpp")
 
 

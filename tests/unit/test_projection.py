@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 from byok.agent import history, user_input
 from byok.agent.cursor import projection as proj
-from byok.agent.transcript import AssistantItem, TextPart, ToolCall, ToolResultItem, ToolSpec
+from byok.providers.transcript import AssistantItem, TextPart, ToolCall, ToolResultItem, ToolSpec
 from byok.proto import agent_pb2 as apb
 
 

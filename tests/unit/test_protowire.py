@@ -4,9 +4,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from byok.proto import aiserver_pb2 as spb
-from byok.protowire import (
-    WireError, encode_len, encode_varint, encode_varint_field, iter_fields, last_varint, merged_message,
-    read_varint, replace_field,
+from byok.wire.protowire import (
+    WireError, encode_len, encode_varint, encode_varint_field, iter_fields, last_varint, merged_message, read_varint, replace_field,
 )
 
 

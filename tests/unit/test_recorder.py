@@ -11,7 +11,7 @@ import time
 import pytest
 from mitmproxy.test import taddons, tflow, tutils
 
-from byok.agent import connect
+from byok.wire import connect
 from byok.agent.cursor import updates
 from byok.agent.cursor.bidi import encode_bidi_append
 from byok.cli.client import user_turn_request

@@ -142,7 +142,7 @@ async def drain(run) -> list[bytes]:
 
 
 def end_error(chunks: list[bytes]):
-    from byok.agent import connect
+    from byok.wire import connect
 
     frames = connect.decode_all(b"".join(chunks))
     assert frames[-1].end_stream
@@ -246,7 +246,7 @@ def test_a_rejection_that_loses_nothing_or_comes_from_another_client_ends_nothin
 
 
 def test_the_stream_server_never_answers_a_runsse_without_an_end_stream():
-    from byok.agent import connect
+    from byok.wire import connect
     from byok.stream_server import RUN_HEADER, StreamServer
 
     async def ask(server, request_id: str) -> bytes:

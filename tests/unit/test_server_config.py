@@ -8,11 +8,11 @@ from mitmproxy.test import taddons, tflow
 
 from mitmproxy.contentviews import Metadata
 from byok import server_config as sc
-from byok.agent.connect import decode_all, encode_end_stream, encode_envelope
+from byok.wire.connect import decode_all, encode_end_stream, encode_envelope
 from byok.contentview import CursorAgentView
 from byok.options import Options
 from byok.proto import aiserver_pb2 as spb
-from byok.protowire import encode_len, iter_fields, replace_field
+from byok.wire.protowire import encode_len, iter_fields, replace_field
 from tests.support.server_config import AGENTN_URL, server_config
 
 PATH = "/aiserver.v1.ServerConfigService/GetServerConfig"

@@ -7,7 +7,7 @@ import json
 
 from mitmproxy.test import taddons, tflow
 
-from byok.agent.config import ProvidersFile
+from byok.providers.config import ProvidersFile
 from byok.cli.common import STATUS_URL
 from byok.access import peer_is_loopback as is_loopback
 from byok.status import STATUS_HOST, StatusEndpoint

@@ -17,7 +17,7 @@ from google.protobuf.message import DecodeError
 
 from byok.proto import agent_pb2 as apb, aiserver_pb2 as spb
 
-from ..connect import Code, ConnectError, decode_all
+from ...wire.connect import Code, ConnectError, decode_all
 
 
 @dataclass

@@ -30,7 +30,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from byok.agent.transcript import ImagePart
+from byok.providers.transcript import ImagePart
 from byok.proto import agent_pb2 as apb
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from byok.proto import agent_pb2 as apb
 from byok.store import NewMessage
 
 from .. import history
-from ..errors import ProtocolError
+from ...wire.errors import ProtocolError
 from .projection import roots_digest
 
 

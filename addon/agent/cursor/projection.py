@@ -21,9 +21,11 @@ from dataclasses import dataclass, field
 from byok.proto import agent_pb2 as apb
 
 from . import subagent_state
-from ..errors import ProtocolError
+from ...wire.errors import ProtocolError
 from ..history import FoldedItem, fold, summaries, unb64, view
-from ..transcript import AssistantItem, ImagePart, TextPart, ToolCall, ToolResultItem, ToolSpec, UserItem
+from ...providers.transcript import (
+    AssistantItem, ImagePart, TextPart, ToolCall, ToolResultItem, ToolSpec, UserItem,
+)
 
 Refs = list[tuple[str, int, bytes]] | Callable[[], list[tuple[str, int, bytes]]]
 """A blob's reference edges, or how to compute them when they are needed."""

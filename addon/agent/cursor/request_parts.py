@@ -15,8 +15,8 @@ from google.protobuf.message import DecodeError
 
 from byok.proto import agent_pb2 as apb
 
-from ..errors import ProtocolError
-from ..transcript import ImagePart
+from ...wire.errors import ProtocolError
+from ...providers.transcript import ImagePart
 from .context import ContextParts, selected_images, sniff_image_type
 
 EMPTY_BLOB_ID = hashlib.sha256(b"").digest()

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import httpx
+
+from ...providers.config import ImageConfig
 
 TIMEOUT_S = 180.0  # image models take a while
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
@@ -20,18 +22,6 @@ class ImageFailed(Exception):
     """The endpoint produced no image; `str()` is shown to the model (no key material)."""
 
 
-@dataclass(frozen=True)
-class ImageConfig:
-    """The validated `[image_generation]` table. `repr` never shows the key."""
-
-    base_url: str
-    model: str
-    api_key: str | None = field(default=None, repr=False)
-    api_key_env: str | None = None
-    size: str | None = None
-
-    def backend(self) -> "ImageBackend":
-        return ImageBackend(self)
 
 
 @dataclass(frozen=True)

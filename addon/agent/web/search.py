@@ -14,13 +14,13 @@ never appear in messages.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import httpx
 
-SEARCH_KINDS = ("searxng", "brave", "tavily")
-DEFAULT_BASE_URLS = {"brave": "https://api.search.brave.com", "tavily": "https://api.tavily.com"}
+from ...providers.config import SearchConfig
+
 TIMEOUT_S = 20.0
 SNIPPET_CHARS = 500
 
@@ -43,18 +43,8 @@ class SearchBackend(Protocol):
     async def search(self, http: httpx.AsyncClient, query: str) -> list[SearchHit]: ...
 
 
-@dataclass(frozen=True)
-class SearchConfig:
-    """The validated `[web_search]` table. `repr` never shows the key."""
-
-    kind: str
-    base_url: str
-    api_key: str | None = field(default=None, repr=False)
-    api_key_env: str | None = None
-    max_results: int = 8
-
-    def backend(self) -> SearchBackend:
-        return {"searxng": SearxngSearch, "brave": BraveSearch, "tavily": TavilySearch}[self.kind](self)
+def search_backend(config: SearchConfig) -> SearchBackend:
+    return {"searxng": SearxngSearch, "brave": BraveSearch, "tavily": TavilySearch}[config.kind](config)
 
 
 _TAGS = re.compile(r"<[^>]+>")

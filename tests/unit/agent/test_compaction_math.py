@@ -9,9 +9,9 @@ import pytest
 
 from byok.agent import compaction, history
 from byok.agent.compaction import Threshold, plan, prompt_tokens, reported_prompt
-from byok.agent.config import ModelRoute
+from byok.providers.config import ModelRoute
 from byok.agent.cursor import projection as proj
-from byok.agent.transcript import AssistantItem, TextPart, ToolCall, ToolResultItem, ToolSpec, UserItem
+from byok.providers.transcript import AssistantItem, TextPart, ToolCall, ToolResultItem, ToolSpec, UserItem
 from byok.proto import agent_pb2 as apb
 
 _ids = itertools.count(1)

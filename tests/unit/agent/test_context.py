@@ -20,7 +20,7 @@ from byok.agent.cursor.context import (
     runtime_text,
     selected_images,
 )
-from byok.agent.transcript import ImagePart
+from byok.providers.transcript import ImagePart
 from byok.prompt.assets import load_assets
 from byok.proto import agent_pb2 as apb
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from byok.agent.cursor import request_parts
-from byok.agent.errors import ProtocolError
+from byok.wire.errors import ProtocolError
 from byok.proto import agent_pb2 as apb
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 20

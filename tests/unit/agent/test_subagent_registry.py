@@ -38,7 +38,7 @@ def test_the_registry_forgets_a_child_when_its_run_ends():
 def _resolver(overrides=()):
     from types import SimpleNamespace
 
-    from byok.agent.config import ModelRoute
+    from byok.providers.config import ModelRoute
     from byok.agent.subagents import Subagents
     from byok.proto import agent_pb2 as apb
 

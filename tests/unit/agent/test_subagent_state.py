@@ -11,7 +11,7 @@ import pytest
 from byok.agent import subagents
 from byok.agent.cursor import subagent_state
 from byok.agent.cursor.tools import task
-from byok.agent.errors import ProtocolError
+from byok.wire.errors import ProtocolError
 from byok.proto import agent_pb2 as apb
 
 
@@ -120,7 +120,7 @@ def test_a_subagent_success_without_agent_id_is_a_protocol_error():
 
 def test_a_stopped_subagent_folds_as_aborted_from_its_mark_or_the_older_text():
     from byok.agent import history
-    from byok.agent.transcript import ToolResultItem
+    from byok.providers.transcript import ToolResultItem
 
     card = apb.TaskArgs(description="Stop me", prompt="p")
     stopped = task.stopped_outcome(card, agent_id="a")

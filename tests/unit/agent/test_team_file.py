@@ -4,8 +4,8 @@ import asyncio
 
 import pytest
 
-from byok.agent.config import ConfigFileError, ModelRoute
-from byok.agent.errors import AccessDenied, BudgetExceeded
+from byok.providers.config import ConfigFileError, ModelRoute
+from byok.wire.errors import AccessDenied, BudgetExceeded
 from byok.agent.team import Team, TeamFile, month_start_ms, next_month_start, parse_team
 
 ROUTE = ModelRoute(public_id="abcd1234", provider="anthropic", kind="anthropic", base_url="https://x",
@@ -115,8 +115,8 @@ def test_a_bad_edit_keeps_the_last_good_team(tmp_path):
 def test_a_dollar_budget_uses_the_models_prices(tmp_path):
     from decimal import Decimal
 
-    from byok.agent.errors import ConfigError
-    from byok.agent.pricing import Prices
+    from byok.wire.errors import ConfigError
+    from byok.providers.pricing import Prices
 
     path = tmp_path / "team.toml"
     path.write_text('[defaults]\nmonthly_usd = 4.5\n')

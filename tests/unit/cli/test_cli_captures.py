@@ -102,7 +102,7 @@ def test_binary_blob_with_a_secret_is_dropped():
 
 
 def test_error_details_inside_the_end_stream_are_redacted():
-    from byok.agent import connect
+    from byok.wire import connect
     from byok.proto import aiserver_pb2 as spb
 
     details = spb.ErrorDetails(error=spb.ErrorDetails.ERROR_PROVIDER_ERROR)

@@ -9,8 +9,8 @@ from decimal import Decimal
 
 import pytest
 
-from byok.agent.config import ConfigFileError, parse_providers
-from byok.agent.pricing import Prices, cost, usd
+from byok.providers.config import ConfigFileError, parse_providers
+from byok.providers.pricing import Prices, cost, usd
 from byok.cli import main
 from byok.store import Store
 

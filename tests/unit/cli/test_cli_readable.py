@@ -253,7 +253,7 @@ def test_doctor_cannot_tell_about_a_key_variable_only_mitmdump_may_have(tmp_path
     os.environ.pop("BYOK_UNIT_NOT_HERE_KEY", None)
     check = check_providers(config, None)
     assert check.status == "info" and "cannot ask the running proxy" in check.fix[0]
-    from byok.agent.config import load_providers
+    from byok.providers.config import load_providers
 
     public_id = load_providers(config).models[0].public_id
     served = {"config": {"path": str(config), "error": None, "models": [

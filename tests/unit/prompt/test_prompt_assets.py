@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from byok.agent.errors import ConfigError
+from byok.wire.errors import ConfigError
 from byok.prompt import assets as assets_mod
 from byok.prompt.assets import (
     AGENT_MODE_NAMES,

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from byok.agent.errors import ProviderError
-from byok.agent.providers import anthropic, openai_chat, openai_responses
-from byok.agent.providers.base import (
-    Done, ModelCycle, ProviderProtocolError, SseEvent, Start, TextDelta, TextEnd, TextStart, ThinkingDelta,
-    ThinkingEnd, ThinkingStart, ToolCallDelta, ToolCallEnd, ToolCallStart, Usage,
+from byok.wire.errors import ProviderError
+from byok.providers import anthropic, openai_chat, openai_responses
+from byok.providers.base import (
+    Done, ModelCycle, ProviderProtocolError, SseEvent, Start, TextDelta, TextEnd, TextStart, ThinkingDelta, ThinkingEnd, ThinkingStart, ToolCallDelta, ToolCallEnd, ToolCallStart, Usage,
 )
 from tests.support.provider_replay import CAPTURES, load, random_sizes, replay, sse_events
 

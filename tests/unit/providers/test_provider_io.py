@@ -11,10 +11,10 @@ import time
 import httpx
 import pytest
 
-from byok.agent.errors import ProviderError
-from byok.agent.providers import adapter_for
-from byok.agent.providers.base import ProviderProtocolError, TextDelta
-from byok.agent.providers.io import CallMetrics, StreamLimits, make_client, stream_model
+from byok.wire.errors import ProviderError
+from byok.providers import adapter_for
+from byok.providers.base import ProviderProtocolError, TextDelta
+from byok.providers.io import CallMetrics, StreamLimits, make_client, stream_model
 from tests.support.provider_replay import CAPTURES, TEST_KEY, load, mock_client, replay, request
 from tests.support.scripted_provider import ANTHROPIC, CHAT, Ev, Hang, HttpError, ScriptedProvider, Sse
 

@@ -7,10 +7,10 @@ import copy
 
 import pytest
 
-from byok.agent.errors import ConfigError, InternalError
-from byok.agent.providers import ADAPTERS, adapter_for
-from byok.agent.providers.base import HttpRequest, ModelRequest, redact_headers
-from byok.agent.transcript import (
+from byok.wire.errors import ConfigError, InternalError
+from byok.providers import ADAPTERS, adapter_for
+from byok.providers.base import HttpRequest, ModelRequest, redact_headers
+from byok.providers.transcript import (
     AssistantItem, ImagePart, TextPart, ToolCall, ToolResultItem, ToolSpec, UserItem,
 )
 from tests.support.provider_replay import TEST_KEY, route
@@ -350,7 +350,7 @@ def test_anthropic_breakpoints_at_most_four_and_moving_forward_each_round():
 
 
 def test_anthropic_breakpoint_placement_is_a_pure_function_of_the_messages():
-    from byok.agent.providers.anthropic import cache_breakpoints
+    from byok.providers.anthropic import cache_breakpoints
 
     messages = [
         {"role": "user", "content": [{"type": "text", "text": "summary of earlier work"}]},

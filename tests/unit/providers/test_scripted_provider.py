@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from byok.agent.errors import ProviderError
-from byok.agent.providers import adapter_for
-from byok.agent.providers.base import ModelCycle, Usage
-from byok.agent.providers.io import make_client, stream_model
+from byok.wire.errors import ProviderError
+from byok.providers import adapter_for
+from byok.providers.base import ModelCycle, Usage
+from byok.providers.io import make_client, stream_model
 from tests.support.provider_replay import request
 from tests.support.scripted_provider import (
     ANTHROPIC, CHAT, PATHS, RESPONSES, SCRIPTS, Ev, Hang, HttpError, ScriptedProvider, Sse,

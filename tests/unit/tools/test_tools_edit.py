@@ -11,7 +11,7 @@ import pytest
 from byok.agent.cursor.tools import edit
 from byok.agent.cursor.tools.base import RunToolContext, ToolArgsError
 from byok.agent.cursor.tools.edit_text import diff
-from byok.agent.errors import ProtocolError
+from byok.wire.errors import ProtocolError
 from byok.proto import agent_pb2 as apb
 from tests.support.fake_call_io import FakeCallIO, run_tool
 

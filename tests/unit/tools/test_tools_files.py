@@ -7,7 +7,7 @@ import pytest
 
 from byok.agent.cursor.tools import files
 from byok.agent.cursor.tools.base import RunToolContext, ToolArgsError
-from byok.agent.errors import ProtocolError
+from byok.wire.errors import ProtocolError
 from byok.proto import agent_pb2 as apb
 from tests.support.fake_call_io import CLOSE, EMPTY, FakeCallIO, run_tool
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from byok.agent.errors import ProtocolError
+from byok.wire.errors import ProtocolError
 
 from .base import ToolArgsError
 

@@ -28,7 +28,7 @@ from google.protobuf.message import Message
 
 from byok.proto import agent_pb2 as apb
 
-from ...errors import ProtocolError
+from ....wire.errors import ProtocolError
 from .. import updates
 from .base import RunToolContext
 

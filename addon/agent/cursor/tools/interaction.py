@@ -24,7 +24,7 @@ from google.protobuf.message import Message
 
 from byok.proto import agent_pb2 as apb
 
-from ...errors import ProtocolError
+from ....wire.errors import ProtocolError
 from .base import CallIO, RunToolContext, ToolArgsError, ToolDef, ToolOutcome
 from .common import Args, cap_head, dumps, resolve_path, variant
 

@@ -39,7 +39,7 @@ from google.protobuf.message import Message
 
 from byok.proto import agent_pb2 as apb
 
-from ...transcript import ImagePart, ToolSpec
+from ....providers.transcript import ImagePart, ToolSpec
 from . import mcp_schema
 from .base import CallIO, RunToolContext, ToolArgsError, ToolDef, ToolOutcome
 from .common import Args, cap_head, dumps, variant

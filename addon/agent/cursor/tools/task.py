@@ -23,7 +23,7 @@ import dataclasses
 
 from google.protobuf.message import Message
 
-from byok.agent.errors import ProtocolError
+from byok.wire.errors import ProtocolError
 from byok.proto import agent_pb2 as apb
 
 from .base import CallIO, RunToolContext, ToolDef, ToolOutcome

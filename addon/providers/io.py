@@ -27,11 +27,10 @@ from dataclasses import dataclass
 import httpx
 from httpx_sse._decoders import SSEDecoder, SSELineDecoder  # the library's own decoders (pinned <0.5)
 
-from ..errors import ProviderError
+from ..wire.errors import ProviderError
 from . import failures
 from .base import (
-    SECRET_HEADERS, Adapter, HttpRequest, ModelCycle, ModelEvent, ModelRequest, ProviderProtocolError, SseEvent,
-    StreamFold, TextDelta, ThinkingDelta, ToolCallStart,
+    SECRET_HEADERS, Adapter, HttpRequest, ModelCycle, ModelEvent, ModelRequest, ProviderProtocolError, SseEvent, StreamFold, TextDelta, ThinkingDelta, ToolCallStart,
 )
 
 MAX_ERROR_BODY_BYTES = 64 * 1024

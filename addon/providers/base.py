@@ -15,9 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, Union
 
-from ..config import ModelRoute
-from ..errors import ProviderError
-from ..transcript import ToolSpec, TranscriptItem
+from .config import ModelRoute
+from ..wire.errors import ProviderError
+from .transcript import ToolSpec, TranscriptItem
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..config import ModelRoute, normalize_base_url
-from ..errors import ConfigError
-from ..transcript import ImagePart
+from .config import ModelRoute, normalize_base_url
+from ..wire.errors import ConfigError
+from .transcript import ImagePart
 
 EMPTY_SCHEMA: dict = {"type": "object", "properties": {}}
 """Sent for a tool without parameters (Anthropic requires an object schema; the others accept it)."""

@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from ..errors import ProviderError
+from ..wire.errors import ProviderError
 
 MAX_MESSAGE_CHARS = 2000
 

@@ -47,12 +47,11 @@ from __future__ import annotations
 
 import json
 
-from ..errors import ConfigError, ProviderError
-from ..transcript import AssistantItem, ImagePart, ToolResultItem, UserItem
+from ..wire.errors import ConfigError, ProviderError
+from .transcript import AssistantItem, ImagePart, ToolResultItem, UserItem
 from . import common, failures
 from .base import (
-    Done, HttpRequest, ModelEvent, ModelRequest, ProviderProtocolError, SseEvent, Start, TextDelta, TextEnd,
-    TextStart, ThinkingDelta, ThinkingEnd, ThinkingStart, ToolCallDelta, ToolCallEnd, ToolCallStart, Usage,
+    Done, HttpRequest, ModelEvent, ModelRequest, ProviderProtocolError, SseEvent, Start, TextDelta, TextEnd, TextStart, ThinkingDelta, ThinkingEnd, ThinkingStart, ToolCallDelta, ToolCallEnd, ToolCallStart, Usage,
 )
 from .common import api_key, endpoint, json_headers, merge_extra_body, parse_json_object, reject_knob, schema
 

@@ -44,12 +44,11 @@ Other event types (content_part.*, *.done echoes, annotations) carry nothing new
 from __future__ import annotations
 
 
-from ..errors import InternalError, ProviderError
-from ..transcript import AssistantItem, ImagePart, ToolResultItem, UserItem
+from ..wire.errors import InternalError, ProviderError
+from .transcript import AssistantItem, ImagePart, ToolResultItem, UserItem
 from . import common, failures
 from .base import (
-    Done, HttpRequest, ModelEvent, ModelRequest, ProviderProtocolError, SseEvent, Start, TextDelta, TextEnd,
-    TextStart, ThinkingDelta, ThinkingEnd, ThinkingStart, ToolCallDelta, ToolCallEnd, ToolCallStart, Usage,
+    Done, HttpRequest, ModelEvent, ModelRequest, ProviderProtocolError, SseEvent, Start, TextDelta, TextEnd, TextStart, ThinkingDelta, ThinkingEnd, ThinkingStart, ToolCallDelta, ToolCallEnd, ToolCallStart, Usage,
 )
 from .common import api_key, data_url, endpoint, json_headers, merge_extra_body, reject_knob, schema
 

@@ -45,12 +45,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..errors import ProviderError
-from ..transcript import AssistantItem, ImagePart, TextPart, ToolResultItem, UserItem
+from ..wire.errors import ProviderError
+from .transcript import AssistantItem, ImagePart, TextPart, ToolResultItem, UserItem
 from . import common, failures
 from .base import (
-    Done, HttpRequest, ModelEvent, ModelRequest, ProviderProtocolError, SseEvent, Start, TextDelta, TextEnd,
-    TextStart, ThinkingDelta, ThinkingEnd, ThinkingStart, ToolCallDelta, ToolCallEnd, ToolCallStart, Usage,
+    Done, HttpRequest, ModelEvent, ModelRequest, ProviderProtocolError, SseEvent, Start, TextDelta, TextEnd, TextStart, ThinkingDelta, ThinkingEnd, ThinkingStart, ToolCallDelta, ToolCallEnd, ToolCallStart, Usage,
 )
 from .common import api_key, data_url, endpoint, json_headers, merge_extra_body, reject_knob, schema
 

@@ -51,14 +51,38 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from .errors import ConfigError
-from .web.images import ImageConfig
-from .web.search import DEFAULT_BASE_URLS, SEARCH_KINDS, SearchConfig
+from ..wire.errors import ConfigError
 from .pricing import PRICE_KEYS, Prices
 
 PROVIDER_KINDS = ("openai_chat", "openai_responses", "anthropic")
 
 logger = logging.getLogger("byok.config")
+
+
+SEARCH_KINDS = ("searxng", "brave", "tavily")
+DEFAULT_BASE_URLS = {"brave": "https://api.search.brave.com", "tavily": "https://api.tavily.com"}
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """The validated `[web_search]` table (the backends are in agent/web/search.py). `repr` never shows the key."""
+
+    kind: str
+    base_url: str
+    api_key: str | None = field(default=None, repr=False)
+    api_key_env: str | None = None
+    max_results: int = 8
+
+
+@dataclass(frozen=True)
+class ImageConfig:
+    """The validated `[image_generation]` table (the backend is in agent/web/images.py). `repr` never shows the key."""
+
+    base_url: str
+    model: str
+    api_key: str | None = field(default=None, repr=False)
+    api_key_env: str | None = None
+    size: str | None = None
 
 
 def normalize_base_url(base_url: str) -> str:

@@ -8,7 +8,7 @@ Each adapter is a pure request builder plus a pure stream fold (see base.py); io
 
 from __future__ import annotations
 
-from ..errors import ConfigError
+from ..wire.errors import ConfigError
 from . import anthropic, openai_chat, openai_responses
 from .base import Adapter
 
