@@ -61,6 +61,7 @@ class Backend:
         """store.fence.FenceListener on PostgreSQL: runs fenced by another replica end here at once."""
         self._ready = asyncio.Event()
         self._gc_task: asyncio.Future | None = None
+        self._team_watch: asyncio.Task | None = None
 
     # ---- lifecycle ------------------------------------------------------------------------------
 
@@ -77,6 +78,8 @@ class Backend:
         if self.team.enabled and not ctx.options.proxyauth:
             log.error("byok_team is set but proxyauth is not: no client has a user name, so every local run "
                       "is refused (docs/team.md)")
+        if self.team.enabled and ctx.options.byok_config_poll_ms > 0:  # a broken edit is reported promptly
+            self._team_watch = asyncio.ensure_future(self.team.file.watch(ctx.options.byok_config_poll_ms / 1000))
         self.store = await AsyncStore.open(settings.db)
         if self.store.dialect == "postgresql":
             self.replica = settings.replica or f"{socket.gethostname()}:{os.getpid()}"
@@ -137,6 +140,8 @@ class Backend:
         )
 
     async def done(self) -> None:
+        if self._team_watch is not None:
+            self._team_watch.cancel()
         if self._gc_task is not None:
             await asyncio.wait([self._gc_task], timeout=5)
         if self.fence is not None:

@@ -44,6 +44,7 @@ import hashlib
 import logging
 import os
 import re
+import threading
 import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -645,7 +646,7 @@ _Signature = tuple[int, int, int] | None
 """(mtime_ns, size, inode) of the file, or None when it does not exist."""
 
 
-def _signature(path: Path) -> _Signature:
+def file_signature(path: Path) -> _Signature:
     try:
         st = path.stat()
     except FileNotFoundError:
@@ -655,7 +656,39 @@ def _signature(path: Path) -> _Signature:
     return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
-class ProvidersFile:
+class WatchedFile:
+    """A config file reloaded when it changes: on access (one `stat`) and from `watch()`, a poll
+    that runs the `stat` and the parse in a worker thread (the event loop carries live traffic).
+    One reload at a time: while the poller reloads, an access keeps the config it has."""
+
+    what = "config file"
+
+    def __init__(self) -> None:
+        self._reloading = threading.Lock()
+
+    def refresh(self, *, force: bool = False) -> bool:
+        """Reload if the file changed (or `force`); True when the config in use changed."""
+        if not self._reloading.acquire(blocking=False):
+            return False  # the poller is reloading it right now
+        try:
+            return self._reload(force)
+        finally:
+            self._reloading.release()
+
+    def _reload(self, force: bool) -> bool:
+        raise NotImplementedError
+
+    async def watch(self, interval_s: float = 2.0) -> None:
+        """Poll the file until cancelled (mitmproxy runs this as a background task)."""
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await asyncio.to_thread(self.refresh)
+            except Exception:  # never let the watcher die on a surprise; log and keep polling
+                logger.exception("%s watcher failed", self.what)
+
+
+class ProvidersFile(WatchedFile):
     """The current providers config of one path; reloads when the file changes.
 
     `current()` costs one `stat`; the file is parsed only when (mtime_ns, size, inode) changed.
@@ -664,7 +697,13 @@ class ProvidersFile:
     when nothing asks for the config.
     """
 
+    what = "providers file"
+
     def __init__(self, path: Path | str | None = None) -> None:
+        super().__init__()
+        self.error_level = logging.ERROR
+        """How a broken file is logged. The addon lowers it to WARNING while mitmproxy starts (an
+        error logged then makes mitmproxy exit; a broken file must leave it running, no user models)."""
         self._path: Path | None = None
         self._config = ProvidersConfig()
         self._sig: _Signature | str = "unset"
@@ -703,11 +742,10 @@ class ProvidersFile:
         """The route for `requested_model.model_id`, or None (not a user model: pass upstream)."""
         return self.current().lookup(public_id)
 
-    def refresh(self, *, force: bool = False) -> bool:
-        """Reload if the file changed (or `force`); True when the config in use changed."""
+    def _reload(self, force: bool) -> bool:
         if self._path is None:
             return False
-        sig = _signature(self._path)
+        sig = file_signature(self._path)
         if sig == self._sig and not force:
             return False
         self._sig = sig
@@ -722,7 +760,7 @@ class ProvidersFile:
             self.last_error = e
             kept = (f"keeping the last good config ({len(self._config)} models)" if self._config.models
                     else "no user models until it is fixed")
-            logger.error("providers file error: %s; %s", e, kept)
+            logger.log(self.error_level, "providers file error: %s; %s", e, kept)
             return False
         self.last_error = None
         for warning in warnings:
@@ -738,15 +776,6 @@ class ProvidersFile:
         if changed:
             self.generation += 1
         return changed
-
-    async def watch(self, interval_s: float = 2.0) -> None:
-        """Poll the file until cancelled (mitmproxy runs this as a background task)."""
-        while True:
-            await asyncio.sleep(interval_s)
-            try:
-                self.refresh()
-            except Exception:  # never let the watcher die on a surprise; log and keep polling
-                logger.exception("providers file watcher failed")
 
 
 def redact(text: str, routes: Iterable[ModelRoute]) -> str:

@@ -14,6 +14,7 @@ import pytest
 from byok.cli.client import CursorClient, user_turn_request
 from tests.e2e.conftest import run, start_proxy
 from tests.support.scripted_provider import CHAT
+from tests.support.waiting import log_has, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -57,5 +58,48 @@ def test_proxyauth_any_on_loopback_is_no_authentication(tmp_path, provider):
         with sqlite3.connect(proxy.db) as db:
             users = db.execute("SELECT user_id FROM runs WHERE request_id = ?", [result.request_id]).fetchall()
         assert users == [(None,)]  # the name mallory identified nobody
+    finally:
+        proxy.stop()
+
+
+# ---- the files the proxy follows -------------------------------------------------------------------
+
+
+def test_a_broken_providers_file_at_start_leaves_the_proxy_running(tmp_path):
+    """docs/providers.md: a broken file means no user models until it is fixed, and the proxy runs on."""
+    from byok.cli.common import proxy_status
+    from tests.e2e.harness import Proxy
+
+    home = tmp_path / "proxy"
+    home.mkdir()
+    (home / "providers.toml").write_text("[[providers]]\nname = 2\n")
+    proxy = Proxy(home, options={"byok_config_poll_ms": "100"}).start()
+    try:
+        assert "providers file error" in proxy.log() and "no user models until it is fixed" in proxy.log()
+        status = proxy_status(proxy.url, timeout=5)
+        assert status["config"]["error"] and status["config"]["models"] == []
+        (home / "providers.toml").write_text(providers_text())
+        wait_until(lambda: proxy_status(proxy.url, timeout=5)["config"]["models"], "the fixed file served")
+    finally:
+        assert proxy.stop() == 0
+
+
+def providers_text() -> str:
+    from tests.e2e.harness import model_entry, providers_toml
+
+    return providers_toml([model_entry("http://127.0.0.1:9/v1")])
+
+
+def test_a_broken_team_file_is_noticed_within_the_poll_interval(tmp_path, provider):
+    team = tmp_path / "team.toml"
+    team.write_text('[defaults]\nmodels = ["*"]\n')
+    proxy, _ = start_proxy(tmp_path / "proxy", provider, byok_team=str(team), proxyauth="alice:s3cret",
+                           byok_config_poll_ms="200")
+    try:
+        offset = len(proxy.log())
+        team.write_text("[defaults]\nmodels = 3\n")
+        # no run, no model list: only the poll can notice it
+        wait_until(lambda: log_has(proxy, "team file error", offset), "the team file error in the log", timeout=5)
+        assert "keeping the last good team config" in proxy.log()[offset:]
     finally:
         proxy.stop()
