@@ -136,7 +136,8 @@ class Backend:
             search=search_backend(config.web_search) if config.web_search else None,
             images=ImageBackend(config.image_generation) if config.image_generation else None,
             fetch=FetchPolicy(allow_private=self.settings.web_fetch_private,
-                              max_bytes=self.settings.web_fetch_max_kb * 1024),
+                              max_bytes=self.settings.web_fetch_max_kb * 1024,
+                              check_redirects=self.settings.web_fetch_check_redirects),
         )
 
     async def done(self) -> None:

@@ -61,7 +61,9 @@ def web():
 @pytest.fixture(scope="module")
 def env(tmp_path_factory, provider, web):
     home = tmp_path_factory.mktemp("tools")
-    proxy, models = start_proxy(home, provider, kinds=KINDS)
+    # WebFetch's pages are scripted in the Cursor-like client; the proxy's own redirect walk would reach
+    # out to their public addresses, so it is off here (test_trust.py walks a server in a namespace)
+    proxy, models = start_proxy(home, provider, kinds=KINDS, byok_web_fetch_check_redirects="false")
     # every tool of every manifest is offered: the web backends are configured (fakes on loopback)
     with open(home / "providers.toml", "a") as f:
         f.write(f'\n[web_search]\nkind = "searxng"\nbase_url = "{web.base_url}"\n'
