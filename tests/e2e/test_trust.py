@@ -103,3 +103,73 @@ def test_a_broken_team_file_is_noticed_within_the_poll_interval(tmp_path, provid
         assert "keeping the last good team config" in proxy.log()[offset:]
     finally:
         proxy.stop()
+
+
+# ---- WebFetch: redirects checked before they are followed ---------------------------------------------
+
+
+@pytest.fixture
+def public_site():
+    """A web server at a public address (93.184.215.14:8000) inside a network namespace: this machine
+    routes that /30 into the namespace while the test runs, so nothing leaves it."""
+    import subprocess
+    import sys
+    import threading
+
+    from tests.e2e.harness import ROOT
+    from tests.support.fake_web import FakeWeb
+    from tests.support.netns import VethNamespace, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(f"no network namespace for the public site: {reason}")
+    with FakeWeb() as private, VethNamespace(tag="w", network="93.184.215.12") as ns:
+        server = subprocess.Popen(
+            ns.exec_args([sys.executable, "-m", "tests.support.redirect_server", ns.ns_ip, "8000",
+                          f"{private.base_url}/secret"]),
+            cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        seen: list[str] = []
+        try:
+            assert server.stdout.readline().strip() == "listening"
+            threading.Thread(target=lambda: seen.extend(iter(server.stdout.readline, "")), daemon=True).start()
+            yield f"http://{ns.ns_ip}:8000", seen, private
+        finally:
+            server.kill()
+            server.wait(5)
+
+
+def test_web_fetch_walks_redirects_before_cursor_fetches(tmp_path, provider, public_site):
+    from byok.cli.executor import FetchPage, LocalExecutor, ScriptedQueries
+    from byok.proto import agent_pb2 as apb
+    import json
+
+    site, seen, private = public_site
+    proxy, ids = start_proxy(tmp_path / "proxy", provider)  # the guard and the walk on, as by default
+    try:
+        executor = LocalExecutor(tmp_path / "ws", pages={f"{site}/long": FetchPage("a page", 200, "text/plain")})
+        calls = [("call_a", "WebFetch", json.dumps({"url": f"{site}/short"})),
+                 ("call_b", "WebFetch", json.dumps({"url": f"{site}/to-private"}))]
+        provider.enqueue("openai_chat", CHAT.tool_calls(calls), CHAT.text_reply("done"))
+        before = len(provider.requests)
+
+        async def turn():
+            async with proxy.client(on_exec=executor.on_exec, on_query=ScriptedQueries().on_query) as client:
+                try:
+                    return await client.run(user_turn_request("fetch", model_id=ids["openai_chat"],
+                                                              mode=apb.AGENT_MODE_AGENT, workspace=str(tmp_path / "ws")))
+                finally:
+                    await executor.aclose()
+
+        result = run(turn())
+        assert result.end_error is None
+        # Cursor was sent the checked end of the first chain, and nothing for the second
+        assert [m.fetch_args.url for m in executor.log] == [f"{site}/long"]
+        wait_until(lambda: {"GET /short\n", "GET /long\n", "GET /to-private\n"} <= set(seen), "the walk's requests")
+        assert private.requests == []  # the private hop was never requested
+        results = {m["tool_call_id"]: m["content"] for m in provider.requests[before + 1].json["messages"]
+                   if m["role"] == "tool"}
+        assert results["call_a"].startswith(f"URL: {site}/long\nStatus: 200")
+        assert f"{site}/to-private redirects to {private.base_url}/secret points to a loopback address" \
+            in results["call_b"]
+    finally:
+        proxy.stop()
