@@ -80,7 +80,13 @@ class Backend:
                       "is refused (docs/team.md)")
         if self.team.enabled and ctx.options.byok_config_poll_ms > 0:  # a broken edit is reported promptly
             self._team_watch = asyncio.ensure_future(self.team.file.watch(ctx.options.byok_config_poll_ms / 1000))
-        self.store = await AsyncStore.open(settings.db)
+        from byok.store.db import DatabaseUnavailable
+
+        try:
+            self.store = await AsyncStore.open(settings.db)
+        except DatabaseUnavailable as e:  # one line, no traceback: mitmproxy exits on this error at start
+            log.error("cursor-byok cannot open its database (byok_db=%s): %s", _shown(settings.db), e)
+            return
         if self.store.dialect == "postgresql":
             self.replica = settings.replica or f"{socket.gethostname()}:{os.getpid()}"
         self.http = make_client()

@@ -40,7 +40,7 @@ def make_addons() -> list:
         ProvidersFileAddon(providers),
         recorder,
         ModelListInjector(providers, may_see_user_models=access.allows, routes_for=backend.routes_for_flow),
-        StatusEndpoint(providers),
+        StatusEndpoint(providers, routes_for=backend.routes_for_flow, team=lambda: backend.team),
         ServerConfigRewriter(),
         backend,
         StoreWiring(backend, recorder),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import console, db_arg, default_db, fail, iso_ms, open_db
+from .common import console, db_arg, default_db, fail, iso_ms, StoreUnavailable, open_db
 from .output import Column, emit_json, line, table
 
 WIRE_TYPES = {0: "varint", 1: "i64", 2: "len", 3: "sgroup", 4: "egroup", 5: "i32"}
@@ -65,7 +65,7 @@ def report(conn) -> dict:
 def run(args: argparse.Namespace) -> int:
     try:
         conn = open_db(args.db or default_db())
-    except FileNotFoundError as e:
+    except StoreUnavailable as e:
         return fail(str(e))
     data = report(conn)
     if args.json:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from byok.providers.pricing import usd
 
-from .common import console, db_arg, default_config, default_db, fail, iso_ms, open_db
+from .common import console, db_arg, default_config, default_db, fail, iso_ms, StoreUnavailable, open_db
 from .output import Column, emit_json, facts, heading, line, styled, table
 
 STATUS_STYLE = {"completed": "green", "ok": "green", "running": "yellow", "failed": "red", "error": "red",
@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     db = args.db or default_db()
     try:
         conn = open_db(db)
-    except FileNotFoundError as e:
+    except StoreUnavailable as e:
         return fail(str(e))
     found = find(conn, args.id)
     if found is not None and args.user is not None and owners(conn, found.request_ids) != {args.user}:
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             line(console(), styled(message, "red"))
         return 1
-    frames_mode = args.frames or ("summary" if len(found.request_ids) > 1 or found.kind == "conversation" else "all")
+    frames_mode = args.frames or "summary"  # as --help says: every frame only with --frames all
     from .usage import load_prices
 
     prices, _, _ = load_prices(args.config or default_config())

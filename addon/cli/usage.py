@@ -15,7 +15,7 @@ from datetime import date
 from decimal import Decimal
 from pathlib import Path
 
-from .common import console, db_arg, default_config, default_db, fail, open_db
+from .common import console, db_arg, default_config, default_db, fail, StoreUnavailable, open_db
 from .output import Column, emit_json, line, table
 
 TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
@@ -37,8 +37,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="rows per day and model (default) or per day and proxyauth user (team server)")
     p.add_argument("--json", action="store_true", help="print the rows and totals as one JSON document")
     p.add_argument("--plot", "--png", dest="plot", type=Path, default=None, metavar="FILE.png",
-                   help="also draw tokens and cost per day and model into a PNG (needs matplotlib: "
-                        "pip install 'cursor-byok[plot]')")
+                   help="also draw tokens (and cost, when prices are set) per day and model into a PNG (needs "
+                        "matplotlib: .venv/bin/pip install -e '.[plot]' in the checkout)")
     p.set_defaults(func=run)
 
 
@@ -125,9 +125,13 @@ def load_prices(path: Path) -> tuple[dict, dict, str | None]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from byok.extras import missing_message
+
+    if args.plot and (lacking := missing_message("plot", "--plot")) is not None:
+        return fail(lacking, 1)  # before any output: not a table and then a failure
     try:
         conn = open_db(args.db or default_db())
-    except FileNotFoundError as e:
+    except StoreUnavailable as e:
         return fail(str(e))
     prices, prices_json, prices_error = load_prices(args.config or default_config())
     rows = usage_rows(conn, args.since, args.until, prices, by=args.by)
@@ -147,7 +151,8 @@ def run(args: argparse.Namespace) -> int:
                         **{k: v for k, v in item.items() if k not in ("model_public_id", "provider_kind", "prices")}}
             out_rows.append(item)
         emit_json({"days": "UTC", "by": args.by, "rows": out_rows,
-                   "totals": {**totals, "cost_usd": float(total_cost), "cost_complete": not unpriced},
+                   "totals": {**totals, "cost_usd": float(total_cost) if len(unpriced) < len({r.model for r in per_model})
+                              else None, "cost_complete": not unpriced},
                    "unpriced_models": unpriced, "prices_error": prices_error})
     elif not rows:
         line(console(), "no provider calls" + (f" since {args.since}" if args.since else "") + " in the store")
@@ -179,25 +184,31 @@ def print_table(out, rows: list[Row], totals: dict, total_cost: Decimal, unprice
                *(Column(h, "right") for h in HEADERS), Column("cost", "right")]
     cells = [[r.day, r.model, *(f"{getattr(r, f):,}" for f in COUNT_FIELDS),
               usd(r.cost) if r.cost is not None else "no prices"] for r in rows]
-    total = usd(total_cost) + (" + unpriced" if unpriced else "")
+    if all(r.cost is None for r in rows):
+        total = "no prices"  # not "$0.0000": nothing was priced
+    else:
+        total = usd(total_cost) + (" + unpriced" if unpriced else "")
     table(out, f"tokens and cost per {by} and day (UTC)", columns, cells,
           record_title=lambda i, row: f"{row[0]}  {row[1]}",
           footer=["total", "", *(f"{totals[f]:,}" for f in COUNT_FIELDS), total])
 
 
 def write_plot(rows: list[Row], path: Path) -> int:
-    """Two stacked bar charts, one bar per day, one colour per model: tokens, then USD."""
-    try:
-        import matplotlib
+    """Stacked bar charts, one bar per day, one colour per model: tokens, then USD (only when some
+    row has a price: an empty cost panel would only show a meaningless axis)."""
+    import matplotlib
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return fail("--plot needs matplotlib, which is not installed (it is optional: "
-                    "pip install 'cursor-byok[plot]')", 1)
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     days = sorted({r.day for r in rows})
     models = sorted({r.model for r in rows})
-    fig, (tokens_ax, cost_ax) = plt.subplots(2, 1, figsize=PLOT_SIZE_IN, dpi=PLOT_DPI, sharex=True)
+    with_cost = any(r.cost is not None for r in rows)
+    if with_cost:
+        fig, (tokens_ax, cost_ax) = plt.subplots(2, 1, figsize=PLOT_SIZE_IN, dpi=PLOT_DPI, sharex=True)
+    else:
+        fig, tokens_ax = plt.subplots(1, 1, figsize=(PLOT_SIZE_IN[0], PLOT_SIZE_IN[1] / 2), dpi=PLOT_DPI)
+        cost_ax = None
     colors = plt.get_cmap("tab10")
     tokens_bottom = [0.0] * len(days)
     cost_bottom = [0.0] * len(days)
@@ -210,19 +221,21 @@ def write_plot(rows: list[Row], path: Path) -> int:
         color = colors(i % 10)
         priced = any(r.cost is not None for r in mine.values())
         tokens_ax.bar(days, tokens, bottom=tokens_bottom, label=model, color=color)
-        cost_ax.bar(days, costs, bottom=cost_bottom, label=model if priced else f"{model} (no prices)",
-                    color=color)
+        if cost_ax is not None:
+            cost_ax.bar(days, costs, bottom=cost_bottom, label=model if priced else f"{model} (no prices)",
+                        color=color)
         tokens_bottom = [a + b for a, b in zip(tokens_bottom, tokens)]
         cost_bottom = [a + b for a, b in zip(cost_bottom, costs)]
     tokens_ax.set_title("tokens per day (input + output + cache read/write)")
     tokens_ax.set_ylabel("tokens")
     tokens_ax.legend(fontsize="small")
-    cost_ax.set_title("cost per day (USD, from the providers file's prices)")
-    cost_ax.set_ylabel("USD")
-    cost_ax.legend(fontsize="small")
+    if cost_ax is not None:
+        cost_ax.set_title("cost per day (USD, from the providers file's prices)")
+        cost_ax.set_ylabel("USD")
+        cost_ax.legend(fontsize="small")
     fig.autofmt_xdate()
     fig.tight_layout()
     fig.savefig(path, dpi=PLOT_DPI)
     plt.close(fig)
-    line(console(), f"chart written to {path}")
+    line(console(), f"chart written to {path}" + ("" if with_cost else " (tokens only: no model has prices)"))
     return 0
