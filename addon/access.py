@@ -171,6 +171,27 @@ def _host(address) -> str | None:
     return address[0] if address else None
 
 
+async def _until_free(ports: set[int], timeout: float = 5.0) -> None:
+    """Wait until every port can be bound again, TCP and UDP (or the deadline passed)."""
+    import asyncio
+    import socket
+
+    def free(port: int) -> bool:
+        for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+            with socket.socket(socket.AF_INET, kind) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    probe.bind(("", port))
+                except OSError:
+                    return False
+        return True
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not all(free(port) for port in ports) and loop.time() < deadline:
+        await asyncio.sleep(0.01)
+
+
 def peer_is_loopback(address) -> bool:
     """Whether a connection's peer (host, port) is on this machine."""
     return is_loopback(_host(address))
@@ -261,7 +282,10 @@ class ClientAccess:
             return
         log.warning("cursor-byok: the proxy bound every interface before the loopback default applied; rebinding")
         modes = [s.mode for s in proxyserver.servers]
+        ports = {a[1] for s in stale for a in s.listen_addrs}
         await proxyserver.servers.update([m for m in modes if all(m is not s.mode for s in stale)])
+        # a stopped UDP listener (reverse mode listens on TCP and UDP) frees its port a moment later
+        await _until_free(ports)
         await proxyserver.servers.update(modes)
 
     allows = staticmethod(flow_may_use_user_models)

@@ -173,3 +173,23 @@ def test_web_fetch_walks_redirects_before_cursor_fetches(tmp_path, provider, pub
             in results["call_b"]
     finally:
         proxy.stop()
+
+
+# ---- start-up with a reverse listener ----------------------------------------------------------------
+
+
+def test_a_reverse_listener_without_listen_host_starts_on_loopback_and_is_listed_once(tmp_path):
+    """The docs' byok_agent_url command has no --listen-host: the loopback default rebinds both
+    listeners (the reverse one listens on TCP and UDP, whose port frees a moment after it stops), and
+    the start-up line names each address once."""
+    from tests.e2e.harness import Proxy, free_port
+
+    reverse = free_port()
+    proxy = Proxy(tmp_path, listen_host=None, extra_args=[
+        "--mode", "regular", "--mode", f"reverse:https://agentn.api5.cursor.sh@{reverse}"]).start()
+    try:
+        line = next(ln for ln in proxy.log().splitlines() if "cursor-byok: the proxy listens on" in ln)
+        assert line.count(f"127.0.0.1:{reverse}") == 1 and line.count(f"127.0.0.1:{proxy.port}") == 1
+        assert "only this machine can reach it" in line and "Errno" not in proxy.log()
+    finally:
+        assert proxy.stop() == 0
