@@ -452,11 +452,15 @@ def render_unary(body: bytes, message_class: type[Message], content_type: str | 
     return [head] + [[("text", "    "), ("text", f"{key}: {compact(value)}")] for key, value in rendered.items()]
 
 
-def describe_stream(data: bytes, what: str) -> str:
-    """The view's title line: frame count, end-stream state, incomplete tail."""
+def describe_stream(data: bytes, what: str, *, request_complete: bool | None = None) -> str:
+    """The view's title line: frame count, end state, incomplete tail. A client's request stream has
+    no end-stream envelope (it ends with the request itself): for one, `request_complete` says
+    whether the request has ended."""
     frames, tail = connect.split_envelopes(data)
     parts = [f"{what}: {len(frames)} frame(s)"]
-    if frames and frames[-1][0] & connect.FLAG_END_STREAM:
+    if request_complete is not None:
+        parts.append("ended" if request_complete else "still streaming")
+    elif frames and frames[-1][0] & connect.FLAG_END_STREAM:
         parts.append("ended")
     elif tail or frames:
         parts.append("no end-stream yet")
@@ -515,7 +519,9 @@ class CursorAgentView(contentviews.Contentview):
         if target == "run_request":
             if not data:
                 return "Cursor Agent: Run request: no bytes yet", iter([])
-            return describe_stream(data, "Cursor Agent: Run request"), iter(render_client_stream(data))
+            complete = getattr(http_message, "timestamp_end", None) is not None
+            return (describe_stream(data, "Cursor Agent: Run request", request_complete=complete),
+                    iter(render_client_stream(data)))
         if target == "run_response":
             if not data:
                 return "Cursor Agent: Run response: no bytes yet", iter([])

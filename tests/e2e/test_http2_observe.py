@@ -61,7 +61,7 @@ def test_observe_mode_records_a_run_without_answering_it(tmp_path, provider):
     view = contentview.CursorAgentView()
     title, lines = view.render(flow.request.raw_content, content_type="application/connect+proto", flow=flow,
                         http_message=flow.request)
-    assert title == "Cursor Agent: Run request: 2 frame(s), no end-stream yet"
+    assert title == "Cursor Agent: Run request: 2 frame(s), ended"  # not "no end-stream yet" (issue 24.4.14)
     text = ["".join(t for _, t in line) for line in lines]
     assert "run_request" in text[0] and "model=" in text[0] and "kv_client_message" in text[2]
     title, _ = view.render(flow.response.raw_content, content_type="application/connect+proto", flow=flow,

@@ -8,8 +8,9 @@ the state is looked at, never a guess of how long something takes.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -27,11 +28,14 @@ def wait_until(predicate: Callable[[], T], what: str, timeout: float = 10.0) -> 
         time.sleep(POLL_S)
 
 
-async def until(predicate: Callable[[], T], what: str, timeout: float = 10.0) -> T:
+async def until(predicate: Callable[[], T] | Callable[[], Awaitable[T]], what: str, timeout: float = 10.0) -> T:
+    """`predicate` may be a coroutine function (it is awaited each time)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
         value = predicate()
+        if inspect.isawaitable(value):
+            value = await value
         if value:
             return value
         if loop.time() > deadline:

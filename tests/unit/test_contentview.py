@@ -361,8 +361,11 @@ def test_http2_run_streams_are_decoded_both_ways(registered):
                                 http_message=flow.request) == cv.PRIORITY
     title, lines = view.render(up, content_type="application/connect+proto", flow=flow, http_message=flow.request)
     text = ["".join(t for _, t in line) for line in lines]
-    assert title == "Cursor Agent: Run request: 2 frame(s), no end-stream yet"
+    assert title == "Cursor Agent: Run request: 2 frame(s), ended"  # a request stream ends with the request
     assert "run_request  conversation=c1 model=m1" in text[0] and "kv_client_message.set_blob_result  kv=3" in text[2]
     title, lines = view.render(down, content_type="application/connect+proto", flow=flow, http_message=flow.response)
     assert title == "Cursor Agent: Run response: 2 frame(s), ended"
     assert view.render(b"", flow=flow, http_message=flow.request)[0] == "Cursor Agent: Run request: no bytes yet"
+    flow.request.timestamp_end = None  # mitmweb shows it while the request still streams
+    title, _ = view.render(up, content_type="application/connect+proto", flow=flow, http_message=flow.request)
+    assert title == "Cursor Agent: Run request: 2 frame(s), still streaming"
