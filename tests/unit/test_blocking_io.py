@@ -13,7 +13,7 @@ import pytest
 
 from byok.agent.team import TeamFile
 from byok.providers.config import ProvidersFile
-from byok.run_transport import TrustedCa
+from byok.transports.run_h2 import TrustedCa
 
 CONFIG = """\
 [[providers]]

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from byok.stream_server import RUN_HEADER, BodyAborted, ChunkedBody, MalformedRequest, StreamServer, _number
+from byok.transports.stream_server import RUN_HEADER, BodyAborted, ChunkedBody, MalformedRequest, StreamServer, _number
 
 
 class LoopErrors:
