@@ -109,12 +109,12 @@ def test_a_broken_team_file_is_noticed_within_the_poll_interval(tmp_path, provid
 
 
 @pytest.fixture
-def public_site():
+def public_site(tmp_path):
     """A web server at a public address (93.184.215.14:8000) inside a network namespace: this machine
-    routes that /30 into the namespace while the test runs, so nothing leaves it."""
+    routes that /30 into the namespace while the test runs, so nothing leaves it. Yields its base URL,
+    a function returning the request lines it logged so far, and a loopback server that must stay unseen."""
     import subprocess
     import sys
-    import threading
 
     from tests.e2e.harness import ROOT
     from tests.support.fake_web import FakeWeb
@@ -123,16 +123,15 @@ def public_site():
     reason = unavailable_reason()
     if reason:
         pytest.skip(f"no network namespace for the public site: {reason}")
-    with FakeWeb() as private, VethNamespace(tag="w", network="93.184.215.12") as ns:
+    log = tmp_path / "site.log"
+    with FakeWeb() as private, VethNamespace(tag="w", network="93.184.215.12") as ns, open(log, "w") as out:
         server = subprocess.Popen(
             ns.exec_args([sys.executable, "-m", "tests.support.redirect_server", ns.ns_ip, "8000",
                           f"{private.base_url}/secret"]),
-            cwd=ROOT, stdout=subprocess.PIPE, text=True)
-        seen: list[str] = []
+            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, text=True)
         try:
-            assert server.stdout.readline().strip() == "listening"
-            threading.Thread(target=lambda: seen.extend(iter(server.stdout.readline, "")), daemon=True).start()
-            yield f"http://{ns.ns_ip}:8000", seen, private
+            wait_until(lambda: "listening" in log.read_text(), "the site to listen")
+            yield f"http://{ns.ns_ip}:8000", lambda: log.read_text().splitlines(), private
         finally:
             server.kill()
             server.wait(5)
@@ -164,7 +163,7 @@ def test_web_fetch_walks_redirects_before_cursor_fetches(tmp_path, provider, pub
         assert result.end_error is None
         # Cursor was sent the checked end of the first chain, and nothing for the second
         assert [m.fetch_args.url for m in executor.log] == [f"{site}/long"]
-        wait_until(lambda: {"GET /short\n", "GET /long\n", "GET /to-private\n"} <= set(seen), "the walk's requests")
+        assert {"GET /short", "GET /long", "GET /to-private"} <= set(seen()), seen()  # the proxy's walk
         assert private.requests == []  # the private hop was never requested
         results = {m["tool_call_id"]: m["content"] for m in provider.requests[before + 1].json["messages"]
                    if m["role"] == "tool"}
