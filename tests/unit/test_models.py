@@ -17,6 +17,7 @@ from byok.wire.errors import ConfigError
 from byok.proto import agent_pb2, aiserver_pb2
 from byok.options import Options
 from byok.providers_file import ProvidersFileAddon
+from tests.support.waiting import until
 
 AM = aiserver_pb2.AvailableModelsResponse
 
@@ -479,10 +480,7 @@ def test_providers_file_addon_feeds_the_injector_and_reloads(tmp_path, monkeypat
             st = path.stat()
             os.utime(path, ns=(st.st_mtime_ns + 10**9, st.st_mtime_ns + 10**9))
             gen = providers.generation
-            for _ in range(200):
-                await asyncio.sleep(0.01)
-                if providers.generation != gen:
-                    break
+            await until(lambda: providers.generation != gen, "the poll to reload the file")
             await cfg.done()
             return first, providers._config, cfg._task
 

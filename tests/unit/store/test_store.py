@@ -16,6 +16,7 @@ from byok.store import (
 )
 from byok.store import db as dbmod
 from byok.store import migrations
+from tests.support.waiting import until
 
 
 @pytest.fixture
@@ -390,10 +391,7 @@ def test_a_displacing_claim_notifies_the_fence_channel_when_it_commits(pg_url):
         try:
             await asyncio.to_thread(store.claim_run, "old", "c-fence")
             await asyncio.to_thread(store.claim_run, "new", "c-fence")
-            for _ in range(200):
-                if heard:
-                    break
-                await asyncio.sleep(0.01)
+            await until(lambda: heard, "the fence notification")
         finally:
             await listener.stop()
             await asyncio.to_thread(store.close)
