@@ -333,7 +333,7 @@ def fold_bytes(kind: str, raw: bytes) -> None:
     from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
     from byok.providers import adapter_for
-    from byok.providers.base import ModelCycle, ProviderProtocolError
+    from byok.providers.base import ModelCycle
     from byok.providers.io import _feed
 
     fold = adapter_for(kind).new_fold("fuzz")
@@ -348,8 +348,12 @@ def fold_bytes(kind: str, raw: bytes) -> None:
             cycle.feed(event)
     for event in fold.finish():
         cycle.feed(event)
-    cycle.finish()
-    assert ProviderProtocolError  # imported: the typed error family checked by the caller
+    done = cycle.finish()  # no final event: a ProviderError (caught by the caller), never a silent success
+    # a fold that succeeded handed the loop a complete answer: every tool call it started also ended
+    # with its arguments, and a tool_use stop names at least one call
+    assert done.reason in ("stop", "tool_use")
+    assert all(isinstance(c["arguments"], str) for c in cycle.calls.values()), cycle.calls
+    assert done.reason != "tool_use" or cycle.calls
 
 
 @pytest.mark.parametrize("kind", sorted(SSE_VOCABULARY))
