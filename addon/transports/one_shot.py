@@ -138,7 +138,7 @@ class OneShotCalls:
         if service.streaming:
             token = secrets.token_urlsafe(16)
             backend.server.expect_call(token, lambda response: self._stream(service, message, ctx, response))
-            point_at_loopback(flow, backend.server.port, CALL_HEADER, token)
+            point_at_loopback(flow, backend.server, CALL_HEADER, token)
             return
         encoding = _encoding(content_type)
         try:

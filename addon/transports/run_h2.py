@@ -393,7 +393,7 @@ class RunH2Headers:
         flow.metadata["byok"] = "run"
         request.headers["transfer-encoding"] = "chunked"  # else mitmproxy's HTTP/1.1 hop has no body framing
         request.headers.pop("content-length", None)
-        point_at_loopback(flow, backend.server.port, RUN_STREAM_HEADER, token)
+        point_at_loopback(flow, backend.server, RUN_STREAM_HEADER, token)
         request.stream = self._tee(flow)
 
     def _tee(self, flow: http.HTTPFlow):

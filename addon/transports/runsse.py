@@ -86,7 +86,7 @@ class RunSseTransport:
                 f"request {request_id} belongs to another user; it is not streamed to this client").to_connect())
             return
         flow.metadata["byok"] = "local"
-        point_at_loopback(flow, backend.server.port, RUN_HEADER, request_id)
+        point_at_loopback(flow, backend.server, RUN_HEADER, request_id)
 
     # ---- BidiAppend ------------------------------------------------------------------------------
 

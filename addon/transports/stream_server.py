@@ -8,14 +8,25 @@ upstream response. Only mitmproxy connects here (127.0.0.1, ephemeral port). The
 An HTTP/2 `Run` (bidi) arrives here as an HTTP/1.1 request whose chunked body streams while the
 response streams back (`x-byok-run` names it; mitmproxy translates the client's HTTP/2 stream). The
 backend adds `transfer-encoding: chunked` to that request: without it mitmproxy would forward an
-HTTP/1.1 request with no body framing at all. The Run transport (`run_transport.py`) gets the body
+HTTP/1.1 request with no body framing at all. The Run transport (`run_h2.py`) gets the body
 as an async iterator of chunks and a `ChunkedResponse` to answer into.
+
+Only the proxy may ask: any local process can connect to 127.0.0.1, and one that knows a live
+request id could otherwise take that run's stream (bypassing the per-user check of the transports).
+Every request must carry `x-byok-auth`, a proof of this process's secret (random at start, never
+logged) bound to what the request names (`LoopbackSecret`); one without it is refused before anything
+is looked up. The proxy adds the proof to each flow it points here, and removes it again with the
+other internal headers when the response starts (loopback.py), so a proof in a flow file or mitmweb
+opens nothing but that one, already used, request.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import logging
+import secrets
 from collections.abc import Awaitable, Callable
 
 from ..wire import connect
@@ -29,6 +40,10 @@ RUN_STREAM_HEADER = "x-byok-run"
 CALL_HEADER = "x-byok-call"
 """A one-shot server stream (transports/one_shot.py): the token of a call registered with `expect_call`."""
 CALL_TTL_S = 60.0
+AUTH_HEADER = "x-byok-auth"
+"""Proof of the process's secret for the request's naming header (LoopbackSecret.proof)."""
+NAMING_HEADERS = (CALL_HEADER, RUN_STREAM_HEADER, RUN_HEADER)
+"""What a request to this server names, in the order `_handle` dispatches on them."""
 
 CallServe = Callable[["ChunkedResponse"], Awaitable[None]]
 """Writes one streamed answer (status, chunks, end); cancelled when the client goes away."""
@@ -106,10 +121,33 @@ class ChunkedResponse:
         self._writer.transport.abort()
 
 
+class LoopbackSecret:
+    """This process's secret for its loopback server, made at start and never logged or shown. A
+    request proves it with an HMAC of the header that names what it wants and that header's value."""
+
+    def __init__(self) -> None:
+        self._key = secrets.token_urlsafe(32).encode()
+
+    def __repr__(self) -> str:
+        return "LoopbackSecret(<hidden>)"
+
+    def proof(self, header: str, value: str) -> str:
+        return hmac.new(self._key, f"{header.lower()}:{value}".encode(), hashlib.sha256).hexdigest()
+
+    def admits(self, headers: dict[str, str]) -> bool:
+        """Whether a request (its lowercased headers) proves the secret for what it names."""
+        naming = next((h for h in NAMING_HEADERS if h in headers), None)
+        if naming is None:
+            return False
+        expected = self.proof(naming, headers[naming]).encode()
+        return hmac.compare_digest(headers.get(AUTH_HEADER, "").encode("latin-1"), expected)
+
+
 class StreamServer:
     def __init__(self, lookup: Callable[[str], Run | None], run_stream: RunStreamHandler | None = None) -> None:
         self._lookup = lookup
         self._run_stream = run_stream
+        self.secret = LoopbackSecret()
         self._server: asyncio.base_events.Server | None = None
         self.port = 0
         self._conns: set[asyncio.Task] = set()
@@ -146,6 +184,12 @@ class StreamServer:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
                 headers = _parse_headers(head)
+                if not self.secret.admits(headers):  # before any lookup: a refused request learns nothing
+                    peer = writer.get_extra_info("peername")
+                    log.warning("stream server: refused a request without the proxy's proof (from %s)",
+                                f"{peer[0]}:{peer[1]}" if peer else "?")
+                    writer.write(b"HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                    return
                 if CALL_HEADER in headers:
                     await _drain_body(reader, headers)
                     await self._serve_call(headers[CALL_HEADER], reader, ChunkedResponse(writer))

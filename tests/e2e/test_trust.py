@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 
 import pytest
@@ -192,3 +193,51 @@ def test_a_reverse_listener_without_listen_host_starts_on_loopback_and_is_listed
         assert "only this machine can reach it" in line and "Errno" not in proxy.log()
     finally:
         assert proxy.stop() == 0
+
+
+# ---- the loopback stream server serves only the proxy -------------------------------------------------------
+
+
+def raw_request(port: int, request_id: str, auth: str | None) -> bytes:
+    """A local process's raw HTTP request to the stream server for a live request id."""
+    import socket
+
+    extra = f"x-byok-auth: {auth}\r\n" if auth is not None else ""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(f"POST /agent.v1.AgentService/RunSSE HTTP/1.1\r\nhost: 127.0.0.1\r\n"
+                     f"x-byok-request-id: {request_id}\r\n{extra}content-length: 0\r\n\r\n".encode())
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_a_local_process_with_a_live_request_id_gets_nothing_and_the_run_goes_on(tmp_path, provider):
+    """The run exists (its run_request arrived as a BidiAppend) and waits for its RunSSE: the moment a
+    process that learnt the request id could take the stream. Without the proxy's proof, and with a
+    wrong one, the stream server refuses it; then the real client's RunSSE gets the whole run."""
+    from byok.proto import agent_pb2 as apb
+
+    proxy, ids = start_proxy(tmp_path, provider)
+    request_id = "live-run-attacked"
+    provider.enqueue("openai_chat", CHAT.text_reply("the real answer"))
+    try:
+        async def scenario():
+            async with proxy.client() as client:
+                request = user_turn_request("hi", model_id=ids["openai_chat"])
+                appended = await client.append(request_id, apb.AgentClientMessage(run_request=request))
+                assert appended.status_code == 200  # the run is live now, waiting for its stream
+                offset = len(proxy.log())
+                attacks = [await asyncio.to_thread(raw_request, proxy.stream_port, request_id, auth)
+                           for auth in (None, "f" * 64)]
+                result = await client.run(request, request_id=request_id, send_run_request=False)
+                return attacks, result, proxy.log()[offset:]
+
+        attacks, result, log = run(scenario())
+        for answer in attacks:
+            assert answer.startswith(b"HTTP/1.1 403 ") and answer.split(b"\r\n\r\n", 1)[1] == b""
+        assert log.count("stream server: refused a request without the proxy's proof") == 2
+        assert result.end_error is None and result.text() == "the real answer"  # undisturbed
+        assert "x-byok-auth" not in proxy.log() and "Traceback" not in proxy.log()
+    finally:
+        proxy.stop()

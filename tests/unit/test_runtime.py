@@ -246,11 +246,13 @@ def test_a_rejection_that_loses_nothing_or_comes_from_another_client_ends_nothin
 
 def test_the_stream_server_never_answers_a_runsse_without_an_end_stream():
     from byok.wire import connect
-    from byok.transports.stream_server import RUN_HEADER, StreamServer
+    from byok.transports.stream_server import AUTH_HEADER, RUN_HEADER, StreamServer
 
     async def ask(server, request_id: str) -> bytes:
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
-        writer.write(f"POST /RunSSE HTTP/1.1\r\n{RUN_HEADER}: {request_id}\r\ncontent-length: 0\r\n\r\n".encode())
+        proof = server.secret.proof(RUN_HEADER, request_id)
+        writer.write(f"POST /RunSSE HTTP/1.1\r\n{RUN_HEADER}: {request_id}\r\n{AUTH_HEADER}: {proof}\r\n"
+                     "content-length: 0\r\n\r\n".encode())
         await writer.drain()
         head = await reader.readuntil(b"\r\n\r\n")
         length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
