@@ -37,11 +37,11 @@ CASES = int(os.environ.get("FUZZ_CASES", "10000"))
 COUNTS: dict[str, int] = {}
 
 
-def fuzz(name: str, strategy, check) -> None:
-    """Run `check` on CASES generated values and assert that many really ran."""
+def fuzz(name: str, strategy, check, *, cases: int = CASES) -> None:
+    """Run `check` on `cases` generated values and assert that many really ran."""
     count = 0
 
-    @settings(max_examples=CASES, deadline=None, database=None, derandomize=False,
+    @settings(max_examples=cases, deadline=None, database=None, derandomize=False,
               suppress_health_check=list(HealthCheck))
     @given(strategy)
     def body(value):
@@ -52,7 +52,7 @@ def fuzz(name: str, strategy, check) -> None:
     body()
     COUNTS[name] = count
     print(f"fuzz {name}: {count} cases")
-    assert count >= CASES
+    assert count >= cases
 
 
 # ---- strategies ------------------------------------------------------------------------------------
