@@ -34,12 +34,16 @@ def smoke(home, proxy, proxy_url: str, *extra: str):
                "--text-only", *extra)
 
 
-@pytest.fixture(scope="module")
-def plain(tmp_path_factory, provider):
-    home = tmp_path_factory.mktemp("newcomer")
-    proxy, _ = start_proxy(home, provider, byok_config_poll_ms="100")
+def module_proxy(tmp_path_factory, provider, name: str, **options):
+    home = tmp_path_factory.mktemp(name)
+    proxy, _ = start_proxy(home, provider, **options)
     yield proxy, home
     proxy.stop()
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory, provider):
+    yield from module_proxy(tmp_path_factory, provider, "newcomer", byok_config_poll_ms="100")
 
 
 def test_doctor_says_whether_its_database_is_the_one_the_proxy_writes(plain, tmp_path):
@@ -103,10 +107,7 @@ def test_doctor_on_an_empty_postgresql_database_creates_no_table(tmp_path, pg_se
 
 @pytest.fixture(scope="module")
 def login(tmp_path_factory, provider):
-    home = tmp_path_factory.mktemp("login")
-    proxy, _ = start_proxy(home, provider, proxyauth="alice:s3cret-pw")
-    yield proxy, home
-    proxy.stop()
+    yield from module_proxy(tmp_path_factory, provider, "login", proxyauth="alice:s3cret-pw")
 
 
 def test_smoke_and_doctor_say_a_login_is_needed_and_never_print_the_password(login, provider):

@@ -111,6 +111,40 @@ class Pending:
         return out
 
 
+async def read_to_the_end(chunks, pending: Pending, ack) -> str:
+    """Read a run's response envelopes to the end-stream ("end ok" / "end <code>"), collecting blob
+    SETs; once the case is honest, `ack(message)` answers each as it comes."""
+    decoder = connect.EnvelopeDecoder()
+    async for chunk in chunks:
+        for frame in decoder.feed(chunk):
+            if frame.end_stream:
+                error = connect.parse_end_stream(frame.payload)
+                return "end ok" if error is None else f"end {error.code.value}"
+            pending.feed(frame)
+        if pending.honest.is_set():
+            for message in pending.acks():
+                await ack(message)
+    return "closed"
+
+
+async def play(case, first: apb.AgentClientMessage, pending: Pending, put, garbage) -> None:
+    """The case's actions: `put(message, seqno choice)` sends a client message, `garbage(bytes,
+    content type)` junk; then the client turns honest and ACKs what is pending."""
+    if case["start"]:
+        await put(first, "next")
+    for action in case["actions"]:
+        if action[0] == "message":
+            await put(action[1], action[2])
+        elif action[0] == "garbage":
+            await garbage(action[1], action[2])
+        else:
+            for message in pending.acks():
+                await put(message, "next")
+    pending.honest.set()
+    for message in pending.acks():
+        await put(message, "next")
+
+
 def first_message(case, model: str, conversation: str) -> apb.AgentClientMessage:
     request = user_turn_request("fuzz", model_id=model if case["user_model"] else "cursor-model",
                                 conversation_id=conversation)
@@ -154,32 +188,10 @@ async def runsse_case(proxy, model: str, case) -> str:
                                    headers={"content-type": "application/connect+proto"}) as response:
                 if response.status_code != 200:
                     return f"http {response.status_code}"
-                decoder = connect.EnvelopeDecoder()
-                async for chunk in response.aiter_raw():
-                    for frame in decoder.feed(chunk):
-                        if frame.end_stream:
-                            error = connect.parse_end_stream(frame.payload)
-                            return "end ok" if error is None else f"end {error.code.value}"
-                        pending.feed(frame)
-                    if pending.honest.is_set():
-                        for ack in pending.acks():
-                            await append(ack)
-                return "closed"
+                return await read_to_the_end(response.aiter_raw(), pending, append)
 
         reader = asyncio.ensure_future(read())
-        if case["start"]:
-            await append(first_message(case, model, rid), "next")
-        for action in case["actions"]:
-            if action[0] == "message":
-                await append(action[1], action[2])
-            elif action[0] == "garbage":
-                await post(action[1], action[2])
-            else:
-                for ack in pending.acks():
-                    await append(ack)
-        pending.honest.set()
-        for ack in pending.acks():
-            await append(ack)
+        await play(case, first_message(case, model, rid), pending, append, post)
         return await reader
 
 
@@ -206,42 +218,25 @@ async def h2_case(proxy, model: str, case) -> str:
                 except H2Error:
                     sending["open"] = False  # the server ended or reset the stream: fine
 
+        async def put(message: apb.AgentClientMessage, seqno=None) -> None:  # stream order is the order
+            await send(connect.encode_envelope(message.SerializeToString()))
+
+        async def garbage(data: bytes, content_type=None) -> None:
+            await send(data)
+
         async def read() -> str:
-            decoder = connect.EnvelopeDecoder()
             try:
                 headers = dict(await stream.response)
                 if not headers.get("content-type", "").startswith("application/connect+proto"):
                     async for _ in stream.chunks():  # e.g. the fake Cursor's plain answer to a relayed Run
                         pass
                     return f"http {headers.get(':status')} {headers.get('content-type', '-')}"
-                async for chunk in stream.chunks():
-                    for frame in decoder.feed(chunk):
-                        if frame.end_stream:
-                            error = connect.parse_end_stream(frame.payload)
-                            return "end ok" if error is None else f"end {error.code.value}"
-                        pending.feed(frame)
-                    if pending.honest.is_set():
-                        for ack in pending.acks():
-                            await send(connect.encode_envelope(ack.SerializeToString()))
+                return await read_to_the_end(stream.chunks(), pending, put)
             except H2Error as e:
                 return f"reset {type(e).__name__}"
-            status = stream.status
-            return f"closed {status}"
 
         reader = asyncio.ensure_future(read())
-        if case["start"]:
-            await send(connect.encode_envelope(first_message(case, model, rid).SerializeToString()))
-        for action in case["actions"]:
-            if action[0] == "message":
-                await send(connect.encode_envelope(action[1].SerializeToString()))
-            elif action[0] == "garbage":
-                await send(action[1])
-            else:
-                for ack in pending.acks():
-                    await send(connect.encode_envelope(ack.SerializeToString()))
-        pending.honest.set()
-        for ack in pending.acks():
-            await send(connect.encode_envelope(ack.SerializeToString()))
+        await play(case, first_message(case, model, rid), pending, put, garbage)
         if sending["open"]:
             if case["end"] == "end":
                 await stream.end()

@@ -70,14 +70,19 @@ def flow_from(peer: str, mode: str = "regular", sockname: str = "127.0.0.1", hea
     return f
 
 
+def signed_in(auth: ProxyAuth, peer: str, user: str, password: str):
+    """A flow from `peer` that sent these credentials, after mitmproxy's ProxyAuth saw it."""
+    flow = flow_from(peer, headers={"Proxy-Authorization": mkauth(user, password)})
+    auth.requestheaders(flow)
+    return flow
+
+
 def test_the_proxyauth_identity_is_read_from_mitmproxys_own_addon():
     auth = ProxyAuth()
     with taddons.context(auth, ClientAccess()) as tctx:
         tctx.configure(auth, proxyauth="alice:s3cret", listen_host="0.0.0.0")
-        good = flow_from("192.168.1.20", headers={"Proxy-Authorization": mkauth("alice", "s3cret")})
-        auth.requestheaders(good)
-        bad = flow_from("192.168.1.20", headers={"Proxy-Authorization": mkauth("alice", "guess")})
-        auth.requestheaders(bad)
+        good = signed_in(auth, "192.168.1.20", "alice", "s3cret")
+        bad = signed_in(auth, "192.168.1.20", "alice", "guess")
         assert access.authenticated_user(good) == "alice" and access.flow_may_use_user_models(good)
         assert access.authenticated_user(bad) is None and not access.flow_may_use_user_models(bad)
         assert bad.response.status_code == 407  # mitmproxy itself refuses the wrong password
@@ -192,18 +197,14 @@ def test_proxyauth_any_names_nobody_and_opens_nothing_to_other_machines():
     auth = ProxyAuth()
     with taddons.context(auth, ClientAccess()) as tctx:
         tctx.configure(auth, proxyauth="any", listen_host="127.0.0.1")
-        remote = flow_from("192.168.1.20", headers={"Proxy-Authorization": mkauth("alice", "anything")})
-        auth.requestheaders(remote)
-        local = flow_from("127.0.0.1", headers={"Proxy-Authorization": mkauth("bob", "x")})
-        auth.requestheaders(local)
+        remote = signed_in(auth, "192.168.1.20", "alice", "anything")
+        local = signed_in(auth, "127.0.0.1", "bob", "x")
         assert remote.response is None and remote.metadata["proxyauth"] == ("alice", "anything")  # mitmproxy took it
         assert access.authenticated_user(remote) is None and access.authenticated_user(local) is None
         assert not access.flow_may_use_user_models(remote)  # as if no proxyauth was set
         assert access.flow_may_use_user_models(local)
         tctx.configure(auth, proxyauth="alice:s3cret")
-        good = flow_from("192.168.1.20", headers={"Proxy-Authorization": mkauth("alice", "s3cret")})
-        auth.requestheaders(good)
-        assert access.authenticated_user(good) == "alice"
+        assert access.authenticated_user(signed_in(auth, "192.168.1.20", "alice", "s3cret")) == "alice"
 
 
 @pytest.mark.parametrize("proxyauth, exposed_at, team, fatal, words", [
