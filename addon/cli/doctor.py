@@ -12,7 +12,6 @@ elsewhere (tests never read `~`). A password in --proxy is never printed.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import socket
@@ -41,6 +40,8 @@ class Check:
     """ok | warn | fail | info"""
     message: str
     fix: list[str] = field(default_factory=list)
+    facts: dict = field(default_factory=dict, repr=False)
+    """What the check found, for later steps (the database check: whether the proxy writes it)."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -253,9 +254,10 @@ def check_db(path: Path | str, served: dict | None = None) -> tuple[Check, dict]
     facts["proxy_writes_it"] = same
     counts = f"{facts['runs']} runs, {facts['llm_calls']} provider calls, {facts['frames']} frames"
     if same is False:
-        return Check("database", "warn", f"{shown}: {counts}; NOT the database the running proxy writes", elsewhere), facts
+        return Check("database", "warn", f"{shown}: {counts}; NOT the database the running proxy writes", elsewhere,
+                     facts=facts), facts
     where = "; the running proxy writes this database" if same else ""
-    return Check("database", "ok", f"{shown}: {counts}{where}"), facts
+    return Check("database", "ok", f"{shown}: {counts}{where}", facts=facts), facts
 
 
 def _tables(conn, server: bool) -> set[str]:
@@ -396,27 +398,10 @@ def cursor_settings_path(os_name: str) -> Path:
 
 
 def parse_jsonc(text: str) -> dict:
-    """settings.json is JSON with comments and trailing commas (VS Code's JSONC)."""
-    out, i, n = [], 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == '"':
-            j = i + 1
-            while j < n and text[j] != '"':
-                j += 2 if text[j] == "\\" else 1
-            out.append(text[i:j + 1])
-            i = j + 1
-        elif text.startswith("//", i):
-            end = text.find("\n", i)
-            i = n if end < 0 else end
-        elif text.startswith("/*", i):
-            end = text.find("*/", i + 2)
-            i = n if end < 0 else end + 2
-        else:
-            out.append(c)
-            i += 1
-    cleaned = re.sub(r",(\s*[}\]])", r"\1", "".join(out))
-    return json.loads(cleaned) if cleaned.strip() else {}
+    """settings.json is JSON with comments and trailing commas (VS Code's JSONC), maybe after a BOM."""
+    from .jsonc import parse
+
+    return parse(text)
 
 
 def _same_proxy(a: str, b: str) -> bool:
@@ -470,23 +455,34 @@ def check_cursor_settings(path: Path, proxy: str) -> list[Check]:
 # ---- the report ------------------------------------------------------------------------------------
 
 
-def run(args: argparse.Namespace) -> int:
-    os_name = args.os or platform_name()
-    confdir = args.confdir or default_confdir()
-    proxy = args.proxy or default_proxy()
-    settings_path = args.cursor_settings or cursor_settings_path(os_name)
+def all_checks(*, os_name: str, confdir: Path, config: Path, db: Path | str, proxy: str, settings_path: Path,
+               recent_min: float, timeout: float, served: dict | None, bundle: Path | None = None,
+               team: Path | None = None, answer: ProxyAnswer | None = None) -> list[Check]:
+    """Every check, in the order doctor prints them (the dashboard shows the same list). `served`: the
+    running proxy's /status, or None when it did not answer; `answer`: how the proxy answered it
+    (a 407 means it wants credentials), asked again when not given; `team`: the team file to check
+    (default: the one `served` names)."""
     ca, pem = check_ca(confdir)
-    answer = ask_proxy(proxy, args.timeout)
-    served = answer.data
-    db_check, facts = check_db(args.db or default_db(), served)
-    checks = [
-        ca, check_trust(pem, os_name, args.system_ca_bundle, confdir),
-        check_providers(args.config or default_config(), served),
-        *filter(None, [check_team(args.team, served)]),
+    db_check, facts = check_db(db, served)
+    return [
+        ca, check_trust(pem, os_name, bundle, confdir),
+        check_providers(config, served),
+        *filter(None, [check_team(team, served)]),
         db_check, *filter(None, [check_server(facts)]),
-        check_proxy(proxy, pem, args.timeout, answer), check_listener(proxy), check_traffic(facts, args.recent),
+        check_proxy(proxy, pem, timeout, answer), check_listener(proxy), check_traffic(facts, recent_min),
         *check_cursor_settings(settings_path, proxy),
     ]
+
+
+def run(args: argparse.Namespace) -> int:
+    os_name = args.os or platform_name()
+    proxy = args.proxy or default_proxy()
+    answer = ask_proxy(proxy, args.timeout)
+    checks = all_checks(
+        os_name=os_name, confdir=args.confdir or default_confdir(), config=args.config or default_config(),
+        db=args.db or default_db(), proxy=proxy, settings_path=args.cursor_settings or cursor_settings_path(os_name),
+        recent_min=args.recent, timeout=args.timeout, served=answer.data, bundle=args.system_ca_bundle,
+        team=args.team, answer=answer)
     out = console()
     line(out, ("cursor-byok doctor", "bold"), f" ({os_name})")
     for c in checks:
@@ -500,7 +496,7 @@ def run(args: argparse.Namespace) -> int:
             line(out, Text(f"{'':7}{'':18} fix: {fix}", style="dim" if c.status == "info" else ""))
     by_name = {c.name: c for c in checks}
     if by_name["traffic"].status != "ok":
-        print_no_request_story(out, by_name, shown_proxy(proxy), os_name, facts.get("proxy_writes_it"))
+        print_no_request_story(out, by_name, shown_proxy(proxy), os_name, by_name["database"].facts.get("proxy_writes_it"))
     failed = [c for c in checks if c.status == "fail"]
     line(out, f"\n{len(failed)} failed, {sum(c.status == 'warn' for c in checks)} warnings")
     return 1 if failed else 0
