@@ -60,8 +60,9 @@ def console(stderr: bool = False) -> Console:
     return make_console(stderr)
 
 
-class StoreUnavailable(Exception):
-    """The store cannot be opened; `str()` says why and what to do (one line, no traceback)."""
+class StoreUnavailable(FileNotFoundError):
+    """The store cannot be opened; `str()` says why and what to do (one line, no traceback). A
+    FileNotFoundError, as open_db raised before, so callers that catch that keep working."""
 
 
 def open_db(path: Path | str, *, must_exist: bool = True, migrate: bool = True) -> sqlite3.Connection:
