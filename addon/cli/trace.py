@@ -61,11 +61,18 @@ def find(conn: sqlite3.Connection, ident: str, *, prefixes: bool = True) -> Foun
     if row:
         return Found("request", ident, [ident], row[0])
     rows = q("SELECT request_id FROM runs WHERE conversation_id = ? ORDER BY started_at_ms, rowid", [ident]).fetchall()
+    # and the one-shot calls made for it (a branch name), which have no run
+    rows += q("SELECT request_id FROM llm_calls c WHERE conversation_id = ? AND NOT EXISTS (SELECT 1 FROM runs r"
+              " WHERE r.request_id = c.request_id) GROUP BY request_id ORDER BY min(started_at)", [ident]).fetchall()
     if rows:
         return Found("conversation", ident, [r[0] for r in rows], ident)
     row = q("SELECT request_id, conversation_id FROM llm_calls WHERE model_call_id = ?", [ident]).fetchone()
     if row:
         return Found("model_call", ident, [row[0]], row[1])
+    # one-shot calls (commit messages, Cmd-K, Tab...): provider calls without a run or frames
+    row = q("SELECT max(conversation_id) FROM llm_calls WHERE request_id = ? HAVING count(*) > 0", [ident]).fetchone()
+    if row:
+        return Found("request", ident, [ident], row[0])
     rows = q("SELECT DISTINCT r.request_id, r.conversation_id FROM tool_round_calls c"
              " JOIN tool_rounds r ON r.id = c.round_id WHERE c.call_id = ?", [ident]).fetchall()
     if rows:
@@ -172,7 +179,8 @@ CALL_FIELDS = ("call_index", "model_call_id", "provider", "provider_kind", "mode
 
 def provider_calls(conn: sqlite3.Connection, request_id: str, prices: dict | None = None) -> list[dict]:
     """Each call as stored, with `cost_usd` from its model's prices (None: no prices configured).
-    `purpose`: None for the turn's own calls, "summary" for a compaction (docs/conversations.md)."""
+    `purpose`: None for the turn's own calls, "summary" for a compaction (docs/conversations.md), the
+    feature of a one-shot call (commit_message, branch_name, chat_title, terminal, cmd_k: docs/features.md)."""
     from byok.providers.pricing import cost
 
     rows = conn.execute("SELECT * FROM llm_calls WHERE request_id = ? ORDER BY call_index", [request_id]).fetchall()
@@ -288,7 +296,10 @@ def _n(value) -> str:
 def print_run(out, story: dict, found: Found) -> None:
     heading(out, f"request {story['request_id']}")
     run = story["run"]
-    if run is None:
+    purposes = sorted({c["purpose"] for c in story["provider_calls"] if c.get("purpose")})
+    if run is None and purposes:
+        facts(out, [("call", f"one-shot {', '.join(purposes)}: no run, no frames (docs/features.md)")])
+    elif run is None:
         facts(out, [("run", "no run row (observed or never claimed): frames only")])
     else:
         rows: list[tuple[str, object]] = [
