@@ -105,23 +105,25 @@ def branch_name(text: str) -> str:
     name = one_line(text).lower()
     name = re.sub(r"\s+", "-", name)
     name = _REF_FORBIDDEN.sub("", name)
-    name = name.replace("@{", "@")
+    while "@{" in name:
+        name = name.replace("@{", "@")
     name = re.sub(r"\.{2,}", ".", name)
     name = re.sub(r"-{2,}", "-", name)
-    parts = []
-    for part in name.split("/"):
-        while part.endswith(".lock"):
-            part = part[: -len(".lock")]
-        part = part.strip(".-")
-        if part:
-            parts.append(part)
-    name = "/".join(parts)
+    name = "/".join(filter(None, map(_ref_component, name.split("/"))))
     if len(name) > MAX_BRANCH_CHARS:
-        name = name[:MAX_BRANCH_CHARS]
-        name = "/".join(p.strip(".-") for p in name.split("/") if p.strip(".-"))
-        while name.endswith(".lock"):
-            name = name[: -len(".lock")].rstrip(".-/")
+        name = "/".join(filter(None, map(_ref_component, name[:MAX_BRANCH_CHARS].split("/"))))
     return "" if name in ("", "@", "head") else name
+
+
+def _ref_component(part: str) -> str:
+    """One `/`-separated part of a ref name: no leading or trailing `.` or `-`, no `.lock` at its end."""
+    while True:
+        before = part
+        part = part.strip(".-")
+        if part.endswith(".lock"):
+            part = part[: -len(".lock")]
+        if part == before:
+            return part
 
 
 def is_valid_branch_name(name: str) -> bool:
