@@ -420,9 +420,11 @@ class ModelListInjector:
     def load(self, loader) -> None:
         loader.add_option(
             "byok_upstream_probe_ms", int, 3000,
-            "Before forwarding a model-list call (AvailableModels, GetUsableModels) on a new "
-            "connection, check with a TCP connect of at most this many milliseconds that the Cursor "
-            "backend is reachable; if not, answer with your own models alone. 0 disables the check.",
+            "Before forwarding a model-list call (AvailableModels, GetUsableModels) or Cursor's "
+            "connectivity probe (NetworkService/IsConnected) on a new connection, check with a TCP "
+            "connect of at most this many milliseconds that the Cursor backend is reachable; if not, "
+            "answer the model list with your own models alone, and the probe as connected while your "
+            "models serve calls. 0 disables the check (a failed connection is still remembered).",
         )
         loader.add_option(
             "byok_cli_default_model", str, "",
