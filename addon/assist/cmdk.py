@@ -36,10 +36,10 @@ from dataclasses import dataclass
 from byok.proto import features_pb2 as fpb
 
 from ..providers.config import ModelRoute, ProvidersConfig
-from ..wire.errors import ProtocolError, ProviderError
+from ..wire.errors import ProtocolError
 from . import trim
 from .call import CallContext, OneShot
-from .llm import Ask, ProviderCall
+from .llm import Ask, ProviderCall, answer
 from .prompts import PROMPTS
 from .shared import clip, clip_all, explicit_context
 
@@ -245,22 +245,36 @@ async def with_heartbeats(deltas: AsyncIterator[str], every_s: float) -> AsyncIt
                 await pending
 
 
+def _missing(request: fpb.StreamCmdKRequest | fpb.StreamTerminalCmdKRequest, wrapped: type):
+    """The answer asking for the items sent only as hashes, or None when every item came in full."""
+    missing = missing_hashes(request.context_items)
+    return wrapped(missing_context_items=fpb.MissingContextItems(missing_context_item_hashes=missing)) \
+        if missing else None
+
+
+async def _chat(call: ProviderCall, frame) -> AsyncIterator:
+    """The model's answer as chat frames as it streams (an empty one while the model is silent)."""
+    async with contextlib.aclosing(with_heartbeats(call.deltas(), HEARTBEAT_S)) as texts:
+        async for text in texts:
+            yield frame(text or "")
+
+
 async def stream_cmd_k(request: fpb.StreamCmdKRequest,
                        ctx: CallContext) -> AsyncIterator[fpb.StreamCmdKResponseContextWrapped]:
-    missing = missing_hashes(request.context_items)
-    if missing:
-        yield fpb.StreamCmdKResponseContextWrapped(
-            missing_context_items=fpb.MissingContextItems(missing_context_item_hashes=missing))
+    if (ask_again := _missing(request, fpb.StreamCmdKResponseContextWrapped)) is not None:
+        yield ask_again
         return
     editor = read_editor(request)
     call = ProviderCall(editor_prompt(editor), ctx)
-    file_path = editor.file
     if editor.chat:
-        async with contextlib.aclosing(with_heartbeats(call.deltas(), HEARTBEAT_S)) as texts:
-            async for text in texts:
-                yield _edit(chat=fpb.StreamCmdKResponse.Chat(text=text or ""))
+        async for frame in _chat(call, lambda text: _edit(chat=fpb.StreamCmdKResponse.Chat(text=text))):
+            yield frame
         return
-    end = editor.end_line_exclusive
+    file_path, end = editor.file, editor.end_line_exclusive
+
+    def stream(text: str) -> fpb.StreamCmdKResponseContextWrapped:
+        return _edit(edit_stream=fpb.StreamCmdKResponse.EditStream(text=text, edit_id=EDIT_ID, file_path=file_path))
+
     yield _edit(edit_start=fpb.StreamCmdKResponse.EditStart(
         start_line_number=editor.start_line, edit_id=EDIT_ID, max_end_line_number_exclusive=end, file_path=file_path))
     lines = trim.FenceFilter()
@@ -268,36 +282,25 @@ async def stream_cmd_k(request: fpb.StreamCmdKRequest,
         async for text in texts:
             out = lines.feed(text) if text is not None else ""
             if out or text is None:
-                yield _edit(edit_stream=fpb.StreamCmdKResponse.EditStream(text=out, edit_id=EDIT_ID, file_path=file_path))
-    rest = lines.finish()
-    if rest:
-        yield _edit(edit_stream=fpb.StreamCmdKResponse.EditStream(text=rest, edit_id=EDIT_ID, file_path=file_path))
+                yield stream(out)
+    if rest := lines.finish():
+        yield stream(rest)
     yield _edit(edit_end=fpb.StreamCmdKResponse.EditEnd(end_line_number_exclusive=end, edit_id=EDIT_ID,
                                                         file_path=file_path))
 
 
 async def stream_terminal_cmd_k(request: fpb.StreamTerminalCmdKRequest,
                                 ctx: CallContext) -> AsyncIterator[fpb.StreamTerminalCmdKResponseContextWrapped]:
-    missing = missing_hashes(request.context_items)
-    if missing:
-        yield fpb.StreamTerminalCmdKResponseContextWrapped(
-            missing_context_items=fpb.MissingContextItems(missing_context_item_hashes=missing))
+    if (ask_again := _missing(request, fpb.StreamTerminalCmdKResponseContextWrapped)) is not None:
+        yield ask_again
         return
     terminal = read_terminal(request)
-    call = ProviderCall(terminal_prompt(terminal), ctx)
     if terminal.chat:
-        async with contextlib.aclosing(with_heartbeats(call.deltas(), HEARTBEAT_S)) as texts:
-            async for text in texts:
-                yield _terminal(chat=fpb.StreamTerminalCmdKResponse.Chat(text=text or ""))
+        call = ProviderCall(terminal_prompt(terminal), ctx)
+        async for frame in _chat(call, lambda text: _terminal(chat=fpb.StreamTerminalCmdKResponse.Chat(text=text))):
+            yield frame
         return
-    async with contextlib.aclosing(call.deltas()) as deltas:
-        answer = "".join([text async for text in deltas])
-    command = trim.command(answer)
-    if not command:
-        error = ProviderError(f"{ctx.route.provider}: model {ctx.route.model_id!r} returned no usable command "
-                              f"(its answer: {answer[:200]!r})", retryable=True, title="Provider Error")
-        await call.finish("error", error.message)
-        raise error
+    command = await answer(terminal_prompt(terminal), ctx, shape=trim.command, what="command")
     yield _terminal(terminal_command=fpb.StreamTerminalCmdKResponse.TerminalCommand(partial_command=command))
 
 

@@ -7,7 +7,6 @@ when `[features]` names no model, Cmd-K edits, questions and the context-item ha
 
 from __future__ import annotations
 
-import socket
 import sqlite3
 import ssl
 import time
@@ -21,7 +20,7 @@ from google.protobuf.message import Message
 from byok.proto import agent_pb2 as apb, aiserver_pb2 as spb, features_pb2 as fpb
 from byok.wire import connect
 from tests.e2e.conftest import ROOT, run
-from tests.e2e.harness import Proxy, model_entry, providers_toml, public_id
+from tests.e2e.harness import Proxy, free_port, model_entry, providers_toml, public_id
 from tests.support.scripted_provider import CHAT, Ev, Hang, HttpError, Sse
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -376,14 +375,6 @@ def test_a_commit_message_within_the_clients_10_s_deadline(env):
 # ---- IsConnected with Cursor's backend down -------------------------------------------------------------
 
 
-def closed_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 @pytest.fixture(scope="module")
 def down(tmp_path_factory, provider):
     """A proxy for which the Cursor backend is 127.0.0.1:<a closed port> (byok_hosts): unreachable, and
@@ -402,7 +393,7 @@ def down(tmp_path_factory, provider):
 @pytest.mark.parametrize("ctype", ["application/proto", "application/json", "application/connect+proto"])
 def test_is_connected_answers_while_the_upstream_is_down(down, ctype):
     proxy, _ = down
-    url = f"https://127.0.0.1:{closed_port()}/aiserver.v1.NetworkService/IsConnected"
+    url = f"https://127.0.0.1:{free_port()}/aiserver.v1.NetworkService/IsConnected"
     body = b"{}" if ctype == "application/json" else b""
     if ctype == "application/connect+proto":
         body = connect.encode_envelope(b"")
@@ -420,7 +411,7 @@ def test_is_connected_tells_the_truth_without_local_models(down):
     proxy.config.write_text("")
     try:
         with client(proxy) as c:
-            answer = c.post(f"https://127.0.0.1:{closed_port()}/aiserver.v1.NetworkService/IsConnected",
+            answer = c.post(f"https://127.0.0.1:{free_port()}/aiserver.v1.NetworkService/IsConnected",
                             content=b"", headers={"content-type": "application/proto"})
         assert answer.status_code == 502  # mitmproxy's own: Cursor is unreachable, and nothing is served here
     finally:

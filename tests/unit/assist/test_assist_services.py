@@ -29,7 +29,7 @@ def provider():
         yield p
 
 
-def route_for(provider: ScriptedProvider, kind: str = "openai_chat"):
+def config_for(provider: ScriptedProvider, kind: str = "openai_chat"):
     config, _ = parse_providers(f"""
 [[providers]]
 name = "scripted"
@@ -40,7 +40,7 @@ api_key = "sk-test"
 id = "small-model"
 max_output_tokens = 512
 """)
-    return config.models[0]
+    return config
 
 
 @contextlib.asynccontextmanager
@@ -48,7 +48,7 @@ async def call_context(tmp_path, provider, kind="openai_chat", *, deadline_s=Non
     store = await AsyncStore.open(tmp_path / "byok.db")
     http = make_client()
     try:
-        yield CallContext(request_id=request_id, route=route_for(provider, kind), http=http,
+        yield CallContext(request_id=request_id, route=config_for(provider, kind).models[0], http=http,
                           limits=StreamLimits(headers_s=10, idle_s=10), store=store, deadline_s=deadline_s)
     finally:
         await http.aclose()
@@ -399,15 +399,7 @@ def test_terminal_cmd_k_chat(provider, tmp_path):
 
 
 def test_cmd_k_routes_by_the_model_it_names(provider):
-    config, _ = parse_providers(f"""
-[[providers]]
-name = "p"
-kind = "openai_chat"
-base_url = "{provider.base_url}"
-api_key = "k"
-[[providers.models]]
-id = "m"
-""")
+    config = config_for(provider)
     mine = config.models[0].public_id
     (edit, term) = cmdk.SERVICES
     assert edit.route_for(fpb.StreamCmdKRequest(cmd_k_options={"model_details": {"model_name": mine}}), config) \
