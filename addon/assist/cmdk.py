@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from dataclasses import dataclass
 
 from byok.proto import features_pb2 as fpb
@@ -221,7 +221,7 @@ def _terminal(**response) -> fpb.StreamTerminalCmdKResponseContextWrapped:
     return fpb.StreamTerminalCmdKResponseContextWrapped(real_response=fpb.StreamTerminalCmdKResponse(**response))
 
 
-async def with_heartbeats(deltas: AsyncIterator[str], every_s: float) -> AsyncIterator[str | None]:
+async def with_heartbeats(deltas: AsyncGenerator[str, None], every_s: float) -> AsyncIterator[str | None]:
     """The texts of `deltas`, and None each time `every_s` pass without one."""
     pending: asyncio.Future | None = None
     try:
@@ -243,6 +243,7 @@ async def with_heartbeats(deltas: AsyncIterator[str], every_s: float) -> AsyncIt
             pending.cancel()
             with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
                 await pending
+        await deltas.aclose()  # a consumer that stopped early closes the provider call now, not at GC
 
 
 def _missing(request: fpb.StreamCmdKRequest | fpb.StreamTerminalCmdKRequest, wrapped: type):

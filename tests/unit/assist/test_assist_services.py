@@ -376,6 +376,34 @@ def test_a_provider_failure_mid_edit_raises_after_the_edit_started(provider, tmp
     assert not any(isinstance(f, fpb.StreamCmdKResponse.EditEnd) for f in seen)
 
 
+def test_a_client_that_leaves_mid_edit_closes_the_provider_request(provider, tmp_path):
+    script = CHAT.text_reply("  return 'Hi';", pieces=1)
+    provider.enqueue("openai_chat", Sse([script.items[0], Ev(script.items[1], delay_s=30), *script.items[2:]]))
+
+    async def scenario():
+        async with call_context(tmp_path, provider) as ctx:
+            seen = []
+
+            async def consume():
+                async for frame in cmdk.stream_cmd_k(cmd_k_request(), ctx):
+                    seen.append(real(frame))
+
+            task = asyncio.ensure_future(consume())
+            async with asyncio.timeout(10):  # until the edit has started
+                while not seen:
+                    await asyncio.sleep(0.01)
+            await asyncio.to_thread(provider.wait_for_request, 1)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            return seen
+
+    seen = asyncio.run(scenario())
+    assert isinstance(seen[0], fpb.StreamCmdKResponse.EditStart)
+    assert provider.wait_closed(1).closed_early
+    assert rows(tmp_path)[0]["status"] == "canceled"
+
+
 def terminal_request(*, chat=False) -> fpb.StreamTerminalCmdKRequest:
     return fpb.StreamTerminalCmdKRequest(
         context_items=[item(terminal_cmd_k_query=fpb.ContextItem.TerminalCmdKQuery(query="list big files")),
