@@ -6,6 +6,7 @@ from .access import ClientAccess
 from .providers.config import ProvidersFile
 from .backend import Backend
 from .contentview import ContentViewRegistrar
+from .dashboard_endpoint import DashboardEndpoint
 from .duplex import VersionGate
 from .connectivity import ConnectivityAnswer
 from .models import ModelListInjector, UpstreamProbe
@@ -55,5 +56,6 @@ def make_addons() -> list:
         RunH2Headers(backend, recorder),
         RunSseTransport(backend),
         OneShotCalls(backend),
+        DashboardEndpoint(backend),  # after the transports: reads the backend's runtime and stream server
         StoreWiring(backend, recorder),
     ]

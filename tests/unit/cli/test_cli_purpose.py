@@ -7,7 +7,7 @@ import json
 
 from byok.cli import main
 from byok.cli.common import open_db
-from byok.cli.usage import usage_rows
+from byok.dashboard.queries import usage_rows
 from byok.store import Store
 from tests.support.cli_store import DAY1
 
