@@ -306,8 +306,11 @@ def test_streams_keep_their_purpose(env, which):
 def test_every_rpc_passes_to_cursor_byte_for_byte_without_a_model(env):
     """Without [features] each feature's RPC goes to Cursor as sent; Cmd-K naming Cursor's own model too.
 
-    Each call gets its own client connection: with mitmproxy 12.3, the sixth streamed passthrough on one
-    HTTP/1.1 client connection to this fake backend stalls (seen for any path, feature or not; reported)."""
+    Each call gets its own client connection. On one kept-alive client connection the sixth passthrough
+    stalls, but only because of the test's own upstream remap: tests/support/redirect_upstream.py rewrites
+    the server address in `server_connect`, so mitmproxy (11.0.2 and 12.3 alike, with
+    connection_strategy=lazy) never finds an open connection to reuse and opens one per request. Without
+    the remap one server connection carries them all (checked by hand on both versions)."""
     calls = len(env.provider.requests)
     config = env.proxy.config
     config.write_text(env.models)  # the same models, no [features]: the file is read again on the next call
