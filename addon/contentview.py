@@ -9,7 +9,10 @@ mitmweb, mitmproxy and mitmdump pick it automatically (their "auto" view) for:
   BidiAppend requests (request id, seqno, and the hex `data`, or the raw `data_binary` of newer
   clients, decoded as an `AgentClientMessage`), unary or enveloped;
 - GetServerConfig and GetDefaultModelForCli (unary calls cursor-byok may rewrite): the message as
-  JSON, unknown fields numbered.
+  JSON, unknown fields numbered;
+- the one-shot calls cursor-byok can answer (`byok.assist.SERVICES`: commit messages, branch names,
+  titles, terminal, Cmd-K, Tab) and NetworkService/IsConnected: unary bodies as their messages,
+  server streams one entry per frame (the oneof branch, e.g. `real_response.edit_stream`).
 Other `application/connect+*` bodies get the envelope listing without message types.
 
 The renderers are pure functions (bytes -> lines of `(style, text)`), testable without mitmproxy;
@@ -34,11 +37,12 @@ from google.protobuf.message import DecodeError, Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 from mitmproxy import contentviews, http
 
-from byok.proto import agent_pb2 as apb, aiserver_pb2 as spb
+from byok.proto import agent_pb2 as apb, aiserver_pb2 as spb, features_pb2 as fpb
 
 from .wire import connect
 from .agent.cursor.bidi import append_message
-from .router import BIDI_APPEND_PATH, RUN_PATH, RUN_SSE_PATH
+from .connectivity import IS_CONNECTED_PATH
+from .router import BIDI_APPEND_PATH, ONE_SHOT_PATHS, RUN_PATH, RUN_SSE_PATH
 
 VIEW_NAME = "Cursor Agent"
 """URL-safe apart from the space (mitmweb: `/flows/<id>/response/content/Cursor%20Agent.json`)."""
@@ -171,9 +175,9 @@ def _set_oneof(message: Message) -> str | None:
 def summarize(message: Message, id_labels: dict[str, str]) -> tuple[str, list[str]]:
     """(kind, ids): the oneof branch and its nested branch (`interaction_update.text_delta`), and the
     ids that pair messages (KV id, exec/interaction id, call ids, blob id prefixes)."""
-    if "message" not in message.DESCRIPTOR.oneofs_by_name:  # e.g. BidiRequestId
+    if not any(not oneof.name.startswith("_") for oneof in message.DESCRIPTOR.oneofs):  # e.g. BidiRequestId
         return message.DESCRIPTOR.name, _ids(message, None)
-    branch = message.WhichOneof("message")
+    branch = _set_oneof(message)
     if branch is None:
         return "empty", []
     sub = getattr(message, branch)
@@ -426,8 +430,13 @@ UNARY_MESSAGES: dict[str, tuple[type[Message], type[Message]]] = {
     "/aiserver.v1.AiService/GetServerConfig": (spb.GetServerConfigRequest, spb.GetServerConfigResponse),
     "/aiserver.v1.AiService/GetDefaultModelForCli": (
         spb.GetDefaultModelForCliRequest, spb.GetDefaultModelForCliResponse),
+    IS_CONNECTED_PATH: (fpb.IsConnectedRequest, fpb.IsConnectedResponse),
+    **{path: (s.request_type, s.response_type) for path, s in ONE_SHOT_PATHS.items() if not s.streaming},
 }
 """Unary RPCs whose bodies the view decodes: path -> (request, response) message classes."""
+STREAM_MESSAGES: dict[str, tuple[type[Message], type[Message]]] = {
+    path: (s.request_type, s.response_type) for path, s in ONE_SHOT_PATHS.items() if s.streaming}
+"""Server-streaming one-shot RPCs: path -> (request, response) message classes, one per frame."""
 
 
 def render_unary(body: bytes, message_class: type[Message], content_type: str | None = None) -> list[Line]:
@@ -472,9 +481,16 @@ def describe_stream(data: bytes, what: str, *, request_complete: bool | None = N
 # ---- mitmproxy --------------------------------------------------------------------------------------------
 
 
+def _request_complete(http_message: Any) -> bool | None:
+    """For a request (a client stream, no end-stream envelope): whether it has ended; None for a response."""
+    if isinstance(http_message, http.Request):
+        return http_message.timestamp_end is not None
+    return None
+
+
 def _target(flow: Any, http_message: Any, content_type: str | None) -> str | None:
     """Which body this is: 'run_sse_request' | 'run_sse_response' | 'bidi_append' | 'unary_request'
-    | 'unary_response' | 'connect' | None."""
+    | 'unary_response' | 'stream_request' | 'stream_response' | 'connect' | None."""
     if isinstance(http_message, http.Message) and flow is not None and getattr(flow, "request", None) is not None:
         path = flow.request.path.split("?", 1)[0]
         is_request = isinstance(http_message, http.Request)
@@ -486,6 +502,8 @@ def _target(flow: Any, http_message: Any, content_type: str | None) -> str | Non
             return "bidi_append"
         if path in UNARY_MESSAGES:
             return "unary_request" if is_request else "unary_response"
+        if path in STREAM_MESSAGES:
+            return "stream_request" if is_request else "stream_response"
     if content_type and content_type.startswith("application/connect+"):
         return "connect"
     return None
@@ -514,12 +532,13 @@ class CursorAgentView(contentviews.Contentview):
         target = _target(flow, http_message, content_type)
         if target == "bidi_append":
             return "Cursor Agent: BidiAppend", iter(render_bidi_append(data, content_type))
+        complete = _request_complete(http_message)
         if target == "run_sse_request":
-            return describe_stream(data, "Cursor Agent: RunSSE request"), iter(render_run_sse_request(data))
+            return (describe_stream(data, "Cursor Agent: RunSSE request", request_complete=complete),
+                    iter(render_run_sse_request(data)))
         if target == "run_request":
             if not data:
                 return "Cursor Agent: Run request: no bytes yet", iter([])
-            complete = getattr(http_message, "timestamp_end", None) is not None
             return (describe_stream(data, "Cursor Agent: Run request", request_complete=complete),
                     iter(render_client_stream(data)))
         if target == "run_response":
@@ -532,10 +551,18 @@ class CursorAgentView(contentviews.Contentview):
             message_class = UNARY_MESSAGES[path][0 if target == "unary_request" else 1]
             title = f"Cursor: {path.rsplit('/', 1)[-1]} {target.split('_')[1]}"
             return title, iter(render_unary(data, message_class, content_type))
+        if target in ("stream_request", "stream_response"):
+            path = flow.request.path.split("?", 1)[0]
+            message_class = STREAM_MESSAGES[path][0 if target == "stream_request" else 1]
+            what = f"Cursor: {path.rsplit('/', 1)[-1]} {target.split('_')[1]}"
+            if not data:
+                return f"{what}: no bytes yet", iter([])
+            return (describe_stream(data, what, request_complete=complete),
+                    iter_envelopes(data, message_class.FromString, {}))
         if target in ("run_sse_response", None) and not data:
             return "Cursor Agent: RunSSE response: no bytes yet", iter([])
         if target == "connect":
-            return describe_stream(data, "Connect stream"), iter_envelopes(data, None, {})
+            return describe_stream(data, "Connect stream", request_complete=complete), iter_envelopes(data, None, {})
         # RunSSE response, or picked by hand for an unknown body: read it as a server stream
         lines = iter_envelopes(data, apb.AgentServerMessage.FromString, _SERVER_ID_LABEL)
         return describe_stream(data, "Cursor Agent: RunSSE response"), lines

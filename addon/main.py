@@ -8,7 +8,8 @@ from .backend import Backend
 from .contentview import ContentViewRegistrar
 from .dashboard_endpoint import DashboardEndpoint
 from .duplex import VersionGate
-from .models import ModelListInjector
+from .connectivity import ConnectivityAnswer
+from .models import ModelListInjector, UpstreamProbe
 from .options import Options
 from .providers_file import ProvidersFileAddon
 from .recorder import Recorder
@@ -37,6 +38,8 @@ def make_addons() -> list:
     recorder = Recorder()
     access = ClientAccess()
     backend = Backend(providers, recorder, access)
+    probe = UpstreamProbe()
+    # one memory of whether Cursor is reachable, for the model lists and IsConnected
     return [
         VersionGate(),
         Options(),
@@ -44,7 +47,8 @@ def make_addons() -> list:
         ContentViewRegistrar(),
         ProvidersFileAddon(providers),
         recorder,
-        ModelListInjector(providers, may_see_user_models=access.allows, routes_for=backend.routes_for_flow),
+        ModelListInjector(providers, probe, may_see_user_models=access.allows, routes_for=backend.routes_for_flow),
+        ConnectivityAnswer(providers, probe),
         StatusEndpoint(providers, routes_for=backend.routes_for_flow, team=lambda: backend.team),
         ServerConfigRewriter(),
         backend,

@@ -102,7 +102,10 @@ def _n(value) -> str:
 def print_run(out, story: dict, found: Found) -> None:
     heading(out, f"request {story['request_id']}")
     run = story["run"]
-    if run is None:
+    purposes = sorted({c["purpose"] for c in story["provider_calls"] if c.get("purpose")})
+    if run is None and purposes:
+        facts(out, [("call", f"one-shot {', '.join(purposes)}: no run, no frames (docs/features.md)")])
+    elif run is None:
         facts(out, [("run", "no run row (observed or never claimed): frames only")])
     else:
         rows: list[tuple[str, object]] = [

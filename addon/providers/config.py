@@ -21,6 +21,16 @@ Optional top-level tables configure the web tools' backends (docs/providers.md):
     model = "gpt-image-1"
     api_key_env = "OPENAI_API_KEY"
 
+`[features]` names the model that answers each of Cursor's other AI calls (docs/features.md); a call
+whose feature names none (and no `default`) passes to Cursor untouched:
+
+    [features]
+    commit_message = "deepseek/deepseek-chat"   # "<provider name>/<model id>"
+    branch_name = "deepseek/deepseek-chat"
+    chat_title = "deepseek/deepseek-chat"       # GetChatTitle, NameTab, NameAgent
+    terminal = "deepseek/deepseek-chat"         # StreamTerminalAutocomplete, GetTerminalCompletion
+    default = "deepseek/deepseek-chat"          # any of the above left out
+
 A model's public id (what Cursor sends back as `requested_model.model_id`) is the first 4 bytes of
 SHA-256(normalized_base_url + "\\0" + kind + "\\0" + model_id) as 8 lowercase hex characters.
 
@@ -73,6 +83,25 @@ class SearchConfig:
     api_key: str | None = field(default=None, repr=False)
     api_key_env: str | None = None
     max_results: int = 8
+
+
+FEATURES = ("commit_message", "branch_name", "chat_title", "terminal")
+"""The `[features]` keys besides `default`: Cursor's one-shot AI calls that a model of the user's answers."""
+
+
+@dataclass(frozen=True)
+class FeaturesConfig:
+    """The validated `[features]` table: (feature or "default", public id of the model), in file order."""
+
+    models: tuple[tuple[str, str], ...] = ()
+
+    def public_id(self, feature: str) -> str | None:
+        """The model answering `feature`: its own entry, else `default`, else None (pass upstream)."""
+        named = dict(self.models)
+        return named.get(feature) or named.get("default")
+
+    def __bool__(self) -> bool:
+        return bool(self.models)
 
 
 @dataclass(frozen=True)
@@ -166,12 +195,19 @@ class ProvidersConfig:
     """`[web_search]`: the WebSearch backend; None = WebSearch is not offered."""
     image_generation: ImageConfig | None = None
     """`[image_generation]`: the GenerateImage endpoint; None = GenerateImage is not offered."""
+    features: FeaturesConfig = FeaturesConfig()
+    """`[features]`: the models answering Cursor's other AI calls (commit messages, titles, ...)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_id", {m.public_id: m for m in self.models})
 
     def lookup(self, public_id: str) -> ModelRoute | None:
         return self._by_id.get(public_id)  # type: ignore[attr-defined]
+
+    def feature_route(self, feature: str) -> ModelRoute | None:
+        """The model answering one of `FEATURES` (or `default`), or None: the call passes upstream."""
+        public_id = self.features.public_id(feature)
+        return None if public_id is None else self.lookup(public_id)
 
     def __len__(self) -> int:
         return len(self.models)
@@ -208,7 +244,7 @@ MODEL_KEYS = frozenset(
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 WEB_SEARCH_KEYS = frozenset({"kind", "base_url", "api_key_env", "api_key", "max_results"})
 IMAGE_GENERATION_KEYS = frozenset({"base_url", "model", "api_key_env", "api_key", "size"})
-TABLES = ("web_search", "image_generation")
+TABLES = ("web_search", "image_generation", "features")
 
 
 class _Lines:
@@ -307,7 +343,8 @@ class _Validator:
                 routes.append(route)
         return ProvidersConfig(self.path, tuple(self._resolve_summary_models(routes, providers)),
                                web_search=self.web_search(data.get("web_search")),
-                               image_generation=self.image_generation(data.get("image_generation")))
+                               image_generation=self.image_generation(data.get("image_generation")),
+                               features=self.features(data.get("features"), routes))
 
     def _resolve_summary_models(self, routes: list[ModelRoute], providers: list[dict]) -> list[ModelRoute]:
         """`summary_model` names a model of the same provider by its id, or any model as
@@ -412,6 +449,28 @@ class _Validator:
             raise self.table_fail("image_generation", "size must look like \"1024x1024\" (or \"auto\")", "size")
         api_key, api_key_env = self._key("image_generation", entry, required=True)
         return ImageConfig(base_url, model, api_key=api_key, api_key_env=api_key_env, size=size)
+
+    # ---- [features] --------------------------------------------------------------------------------
+
+    def features(self, raw: Any, routes: list[ModelRoute]) -> FeaturesConfig:
+        entry = self._table("features", raw, frozenset((*FEATURES, "default")))
+        if entry is None:
+            return FeaturesConfig()
+        return FeaturesConfig(tuple((key, self.named_model("features", key, ref, routes).public_id)
+                                    for key, ref in entry.items()))
+
+    def named_model(self, table: str, key: str, ref: Any, routes: list[ModelRoute]) -> ModelRoute:
+        """The model a top-level table names as "<provider name>/<model id>" (the model id may hold
+        slashes itself: the provider name ends at the first one)."""
+        shape = '"<provider name>/<model id>", e.g. "deepseek/deepseek-chat"'
+        if not isinstance(ref, str) or "/" not in ref.strip("/"):
+            raise self.table_fail(table, f"{key} must name one of your models as {shape}", key)
+        provider, _, model_id = ref.partition("/")
+        for route in routes:
+            if route.provider == provider and route.model_id == model_id:
+                return route
+        known = ", ".join(f"{r.provider}/{r.model_id}" for r in routes) or "none: add [[providers]] first"
+        raise self.table_fail(table, f"{key} = {ref!r} names no model in this file (models: {known})", key)
 
     def provider(self, p: int, entry: dict[str, Any],
                  seen_names: dict[str, str]) -> list[tuple[ModelRoute, str]]:
@@ -767,11 +826,15 @@ class ProvidersFile(WatchedFile):
             logger.warning("providers file %s: %s", self._path, warning)
         logger.info("providers file %s: %d model(s): %s", self._path, len(config),
                     ", ".join(f"{m.public_id}={m.provider}/{m.model_id}" for m in config.models) or "-")
+        if config.features:
+            logger.info("providers file %s: [features] %s", self._path, ", ".join(
+                f"{feature}={route.provider}/{route.model_id}" for feature, public_id in config.features.models
+                if (route := config.lookup(public_id)) is not None))
         return self._use(config)
 
     def _use(self, config: ProvidersConfig) -> bool:
-        changed = (config.models, config.web_search, config.image_generation) != (
-            self._config.models, self._config.web_search, self._config.image_generation)
+        changed = (config.models, config.web_search, config.image_generation, config.features) != (
+            self._config.models, self._config.web_search, self._config.image_generation, self._config.features)
         self._config = config
         if changed:
             self.generation += 1

@@ -369,3 +369,34 @@ def test_http2_run_streams_are_decoded_both_ways(registered):
     flow.request.timestamp_end = None  # mitmweb shows it while the request still streams
     title, _ = view.render(up, content_type="application/connect+proto", flow=flow, http_message=flow.request)
     assert title == "Cursor Agent: Run request: 2 frame(s), still streaming"
+
+
+def test_the_one_shot_calls_and_is_connected_are_decoded(registered):
+    """Issue 23: commit messages (unary, proto and JSON), Cmd-K (a server stream of wrapped responses),
+    IsConnected."""
+    from byok.proto import features_pb2 as fpb
+
+    request = fpb.WriteGitCommitMessageRequest(diffs=["+x"], previous_commit_messages=["Add y"])
+    answer = fpb.WriteGitCommitMessageResponse(commit_message="Add x")
+    flow = flow_for("/aiserver.v1.AiService/WriteGitCommitMessage", request_body=request.SerializeToString(),
+                    response_body=answer.SerializeToString(), response_type="application/proto")
+    assert auto(flow.request, flow) == ("Cursor: WriteGitCommitMessage request", [
+        f"aiserver.v1.WriteGitCommitMessageRequest  {request.ByteSize()} bytes",
+        '    diffs: ["+x"]', '    previous_commit_messages: ["Add y"]'])
+    assert auto(flow.response, flow)[1][1] == '    commit_message: "Add x"'
+    json_flow = flow_for("/aiserver.v1.AiService/WriteGitCommitMessage", request_body=b'{"diffs": ["+x"]}',
+                         request_type="application/json", response_body=b"{}", response_type="application/json")
+    assert auto(json_flow.request, json_flow)[1] == ['{"diffs": ["+x"]}']
+
+    edit = fpb.StreamCmdKResponseContextWrapped(real_response=fpb.StreamCmdKResponse(
+        edit_stream=fpb.StreamCmdKResponse.EditStream(text="  return 1\n", edit_id=1)))
+    stream = env(edit) + connect.encode_end_stream()
+    cmd_k = flow_for("/aiserver.v1.CmdKService/StreamCmdK", request_type="application/connect+proto",
+                     request_body=env(fpb.StreamCmdKRequest(session_id="s")), response_body=stream)
+    title, lines = auto(cmd_k.response, cmd_k)
+    assert title == "Cursor: StreamCmdK response: 2 frame(s), ended"
+    assert "real_response.edit_stream" in lines[0] and '"text": "  return 1\\n"' in lines[1]
+    assert auto(cmd_k.request, cmd_k)[0] == "Cursor: StreamCmdK request: 1 frame(s), ended"  # a request ends itself
+
+    probe = flow_for("/aiserver.v1.NetworkService/IsConnected", response_body=b"", response_type="application/proto")
+    assert auto(probe.response, probe)[0] == "Cursor: IsConnected response"
