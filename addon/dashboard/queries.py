@@ -331,6 +331,11 @@ class UsageReport:
     prices_json: dict
     prices_error: str | None
 
+    @property
+    def priced(self) -> bool:
+        """Some row has a cost: with no prices at all the total is unknown (None), not $0."""
+        return any(r.cost is not None for r in self.rows)
+
     def as_json(self) -> dict:
         out_rows = []
         for r in self.rows:
@@ -343,7 +348,8 @@ class UsageReport:
                         **{k: v for k, v in item.items() if k not in ("model_public_id", "provider_kind", "prices")}}
             out_rows.append(item)
         return {"days": "UTC", "by": self.by, "rows": out_rows,
-                "totals": {**self.totals, "cost_usd": float(self.total_cost), "cost_complete": not self.unpriced},
+                "totals": {**self.totals, "cost_usd": float(self.total_cost) if self.priced else None,
+                           "cost_complete": not self.unpriced},
                 "unpriced_models": self.unpriced, "prices_error": self.prices_error}
 
 
