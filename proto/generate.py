@@ -20,9 +20,34 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 FACTS = HERE / "facts"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One generated .proto: from a facts file, either all of it or the closure of `roots` (the
+    messages and enums they reach, with the outer message of every nested type). A rooted target
+    leaves out what an earlier target of the same package already defines and imports that file
+    instead, so one wire name is defined once in the process (protobuf's pool refuses twins)."""
+
+    facts: str
+    proto: Path
+    roots: tuple[str, ...] = ()
+
+
+TAB_ROOTS = tuple(f"aiserver.v1.{name}" for name in (
+    "StreamCppRequest", "StreamCppResponse", "CppConfigRequest", "CppConfigResponse",
+    "StreamNextCursorPredictionRequest", "StreamNextCursorPredictionResponse",
+    "RefreshTabContextRequest", "RefreshTabContextResponse", "CppEditHistoryStatusRequest",
+    "CppEditHistoryStatusResponse", "CppAppendRequest", "CppAppendResponse",
+    "EditHistoryAppendChangesRequest", "EditHistoryAppendChangesResponse",
+    "AvailableCppModelsRequest", "AvailableCppModelsResponse", "RecordCppFateRequest", "RecordCppFateResponse",
+))
+"""Tab (PROTOCOL 11.1): StreamCpp and the RPCs around it."""
+
 TARGETS = [
-    ("agent.v1.json", HERE / "byok_pb" / "agent" / "v1" / "agent.proto"),
-    ("aiserver.v1.subset.json", HERE / "byok_pb" / "aiserver" / "v1" / "aiserver.proto"),
+    Target("agent.v1.json", HERE / "byok_pb" / "agent" / "v1" / "agent.proto"),
+    Target("aiserver.v1.subset.json", HERE / "byok_pb" / "aiserver" / "v1" / "aiserver.proto"),
+    Target("aiserver.v1.features.json", HERE / "byok_pb" / "aiserver" / "v1" / "cpp.proto", TAB_ROOTS),
 ]
 _WKT_FILES = {"Struct": "struct", "Value": "struct", "ListValue": "struct", "Empty": "empty",
               "Duration": "duration", "Timestamp": "timestamp"}
@@ -49,7 +74,39 @@ def _type_ref(f: dict) -> str:
     raise ValueError(f"unsupported field type {f['type']!r}")
 
 
-def render_proto(facts: dict) -> str:
+def closure(facts: dict, roots: tuple[str, ...]) -> set[str]:
+    """The messages and enums `roots` reach through their fields, with every nested type's outer message."""
+    messages, enums = facts["messages"], facts["enums"]
+    seen: set[str] = set()
+    todo = list(roots)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        if name not in messages and name not in enums:
+            raise ValueError(f"{name} is not in the facts")
+        seen.add(name)
+        outer = name.rsplit(".", 1)[0]
+        if outer in messages:
+            todo.append(outer)
+        for f in messages.get(name, {}).get("fields", []):
+            if f.get("type_name", "").startswith(facts["package"] + "."):
+                todo.append(f["type_name"])
+    return seen
+
+
+def select(facts: dict, roots: tuple[str, ...], defined: dict[str, Path]) -> tuple[dict, list[Path]]:
+    """The facts reduced to the closure of `roots` minus the names `defined` (name -> the .proto that
+    defines it), and the .proto files to import for those."""
+    wanted = closure(facts, roots)
+    imports = sorted({defined[n] for n in wanted if n in defined})
+    keep = {n for n in wanted if n not in defined}
+    reduced = {**facts, "messages": {n: m for n, m in facts["messages"].items() if n in keep},
+               "enums": {n: e for n, e in facts["enums"].items() if n in keep}}
+    return reduced, imports
+
+
+def render_proto(facts: dict, proto_imports: list[str] = ()) -> str:
     package = facts["package"]
     messages: dict[str, dict] = dict(facts["messages"])
     enums: dict[str, dict] = facts["enums"]
@@ -122,6 +179,8 @@ def render_proto(facts: dict) -> str:
         wkt = imp.rsplit("/", 1)[1].removesuffix(".proto")
         if any(t.startswith("google.protobuf.") and _WKT_FILES.get(t.split(".")[-1]) == wkt for t in used):
             out.append(f'import "{imp}";')
+    for imp in proto_imports:
+        out.append(f'import "{imp}";')
     out.append("")
     for name in scopes[package].enums:
         emit_enum(name, "")
@@ -139,6 +198,13 @@ def protoc(proto_path: Path, out_dir: Path) -> None:
     args = ["protoc", f"-I{HERE}", f"-I{include}", f"--python_out={out_dir}", f"--pyi_out={out_dir}", str(rel)]
     if grpc_protoc.main(args) != 0:
         raise SystemExit(f"protoc failed for {rel}")
+    # protoc names an imported .proto's module by its path (`from byok_pb.aiserver.v1 import ...`);
+    # installed, that folder is the package byok.proto.byok_pb
+    module = out_dir / rel.with_name(rel.stem + "_pb2.py")
+    code = module.read_text()
+    fixed = code.replace("\nfrom byok_pb.", "\nfrom byok.proto.byok_pb.")
+    if fixed != code:
+        module.write_text(fixed)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,8 +212,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="fail if committed .proto files are stale")
     args = parser.parse_args(argv)
     stale = []
-    for facts_name, proto_path in TARGETS:
-        text = render_proto(json.loads((FACTS / facts_name).read_text()))
+    defined: dict[str, Path] = {}  # wire name -> the .proto that defines it (earlier targets)
+    for target in TARGETS:
+        proto_path = target.proto
+        facts = json.loads((FACTS / target.facts).read_text())
+        imports: list[Path] = []
+        if target.roots:
+            facts, imports = select(facts, target.roots, defined)
+        text = render_proto(facts, [str(p.relative_to(HERE)) for p in imports])
+        defined.update(dict.fromkeys([*facts["messages"], *facts["enums"]], proto_path))
         if args.check:
             if not proto_path.exists() or proto_path.read_text() != text:
                 stale.append(str(proto_path))

@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from byok.proto import agent_pb2, aiserver_pb2
+from byok.proto import agent_pb2, aiserver_pb2, cpp_pb2
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -17,10 +17,12 @@ def test_committed_proto_files_are_current():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def _check_against_facts(module, facts_file):
+def _check_against_facts(module, facts_file, only=None):
     facts = json.loads((ROOT / "proto" / "facts" / facts_file).read_text())
     pool = module.DESCRIPTOR.pool
     for name, spec in facts["messages"].items():
+        if only is not None and name not in only:
+            continue
         desc = pool.FindMessageTypeByName(name)
         for f in spec["fields"]:
             fd = desc.fields_by_name[f["name"]]
@@ -28,6 +30,8 @@ def _check_against_facts(module, facts_file):
             if f.get("oneof"):
                 assert fd.containing_oneof is not None and fd.containing_oneof.name == f["oneof"]
     for name, spec in facts["enums"].items():
+        if only is not None and name not in only:
+            continue
         desc = pool.FindEnumTypeByName(name)
         assert [(v.name, v.number) for v in desc.values] == [tuple(v) for v in spec["values"]]
 
@@ -38,6 +42,21 @@ def test_agent_schema_matches_facts():
 
 def test_aiserver_schema_matches_facts():
     _check_against_facts(aiserver_pb2, "aiserver.v1.subset.json")
+
+
+def test_tab_schema_matches_facts():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "proto"))
+    try:
+        from generate import TAB_ROOTS, closure
+    finally:
+        sys.path.pop(0)
+    facts = json.loads((ROOT / "proto" / "facts" / "aiserver.v1.features.json").read_text())
+    reached = closure(facts, TAB_ROOTS)
+    assert {"aiserver.v1.StreamCppRequest", "aiserver.v1.CurrentFileInfo", "aiserver.v1.LineRange",
+            "aiserver.v1.StreamCppResponse.ModelInfo", "aiserver.v1.CppFate"} <= reached
+    _check_against_facts(cpp_pb2, "aiserver.v1.features.json", only=reached)
 
 
 def test_unknown_fields_survive_round_trip():
