@@ -383,7 +383,7 @@ class ModelListInjector:
                  may_see_user_models: Callable[[http.HTTPFlow], bool] | None = None,
                  routes_for: Callable[[http.HTTPFlow, Sequence[ModelRoute]], Sequence[ModelRoute]] | None = None,
                  ) -> None:
-        self._routes = (lambda: providers.models) if isinstance(providers, ProvidersFile) else providers
+        self._routes = (lambda: providers.agent_models) if isinstance(providers, ProvidersFile) else providers
         self.probe = probe or UpstreamProbe()
         self._may_see = may_see_user_models or (lambda flow: True)
         """access.py's gate: other clients get Cursor's list as it is."""
