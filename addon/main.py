@@ -13,6 +13,10 @@ from .providers_file import ProvidersFileAddon
 from .recorder import Recorder
 from .server_config import ServerConfigRewriter
 from .status import StatusEndpoint
+from .transports.loopback import FlowStreaming
+from .transports.one_shot import OneShotCalls
+from .transports.run_h2 import RunH2Headers
+from .transports.runsse import RunSseTransport
 
 
 class StoreWiring:
@@ -43,5 +47,9 @@ def make_addons() -> list:
         StatusEndpoint(providers),
         ServerConfigRewriter(),
         backend,
+        FlowStreaming(backend, recorder),
+        RunH2Headers(backend, recorder),
+        RunSseTransport(backend),
+        OneShotCalls(backend),
         StoreWiring(backend, recorder),
     ]

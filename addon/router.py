@@ -10,6 +10,7 @@ import enum
 
 from mitmproxy import http
 
+from .assist import SERVICES
 from .models import MODEL_LIST_PATHS
 from .options import Settings
 from .server_config import SERVER_CONFIG_PATHS
@@ -19,6 +20,8 @@ BIDI_APPEND_PATH = "/aiserver.v1.BidiService/BidiAppend"
 RUN_PATH = "/agent.v1.AgentService/Run"
 """The HTTP/2 bidi-streaming agent RPC (PROTOCOL 10.1)."""
 RUN_PROBE_PATH = "/agent/v1/run"
+ONE_SHOT_PATHS = {service.path: service for service in SERVICES}
+"""Tab, commit messages, titles, terminal, Cmd-K (addon/assist/): answered when the config says so."""
 
 
 class Rpc(enum.Enum):
@@ -28,6 +31,7 @@ class Rpc(enum.Enum):
     RUN_PROBE = "run_probe"
     MODEL_LIST = "model_list"
     SERVER_CONFIG = "server_config"
+    ONE_SHOT = "one_shot"
 
 
 def classify(flow: http.HTTPFlow, settings: Settings) -> Rpc | None:
@@ -49,4 +53,6 @@ def classify(flow: http.HTTPFlow, settings: Settings) -> Rpc | None:
         return Rpc.MODEL_LIST
     if path in SERVER_CONFIG_PATHS:
         return Rpc.SERVER_CONFIG
+    if path in ONE_SHOT_PATHS:
+        return Rpc.ONE_SHOT
     return None

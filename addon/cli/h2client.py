@@ -24,7 +24,7 @@ from urllib.parse import unquote, urlsplit
 import h2.errors
 
 from byok.wire import connect
-from byok.h2conn import H2Connection, H2Error, H2Stream
+from byok.transports.h2conn import H2Connection, H2Error, H2Stream
 from byok.proto import agent_pb2 as apb
 
 from .client import CursorClient, Frame, RunResult, UnexpectedAnswer

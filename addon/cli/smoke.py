@@ -183,7 +183,7 @@ async def _smoke(args: argparse.Namespace, route: SmokeModel, ca: str, workspace
     from byok.proto import agent_pb2 as apb
 
     from . import frames as fr
-    from byok.h2conn import H2Error
+    from byok.transports.h2conn import H2Error
 
     from .client import CursorClient, Frame, UnexpectedAnswer, user_turn_request
     from .h2client import H2CursorClient

@@ -59,6 +59,8 @@ class Proxy:
     home: Path
     options: dict = field(default_factory=dict)
     extra_scripts: list[str] = field(default_factory=list)
+    pre_scripts: list[str] = field(default_factory=list)
+    """Test scripts loaded before the addon (they may prepare `byok` modules before it imports them)."""
     extra_args: list[str] = field(default_factory=list)
     """More mitmdump arguments, e.g. ["--mode", "regular", "--mode", "reverse:https://host@PORT"]."""
     binary: str = "mitmdump"
@@ -107,7 +109,10 @@ class Proxy:
     def start(self, timeout: float = 30.0) -> "Proxy":
         self.home.mkdir(parents=True, exist_ok=True)
         opts = {"byok_db": str(self.db), "byok_config": str(self.config), **self.options}
-        args = [str(Path(MITMDUMP).with_name(self.binary)), "-s", str(ROOT / "addon" / "cursor_byok.py")]
+        args = [str(Path(MITMDUMP).with_name(self.binary))]
+        for script in self.pre_scripts:
+            args += ["-s", script]
+        args += ["-s", str(ROOT / "addon" / "cursor_byok.py")]
         for script in self.extra_scripts:
             args += ["-s", script]
         if self.listen_host is not None:

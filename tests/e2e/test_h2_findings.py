@@ -6,7 +6,7 @@ full-duplex HTTP/2 streams (shared notes, mitmproxy-h2-bidi.md); docs/architectu
 3. an abort (END_STREAM + RST_STREAM in one packet) can reach the server as a clean request end;
 4. an HTTP/1.1 loopback hop carries the request body only with `transfer-encoding: chunked`.
 
-The client is the project's own HTTP/2 driver (`byok.h2conn`); the server a fake HTTP/2 Cursor agent
+The client is the project's own HTTP/2 driver (`byok.transports.h2conn`); the server a fake HTTP/2 Cursor agent
 host (or, for 4, a raw HTTP/1.1 socket server that records the bytes it gets).
 """
 
@@ -25,7 +25,7 @@ import pytest
 
 from byok.wire import connect
 from byok.cli.client import user_turn_request
-from byok.h2conn import H2Connection
+from byok.transports.h2conn import H2Connection
 from byok.proto import agent_pb2 as apb
 from tests.e2e.conftest import run
 from tests.e2e.harness import MITMDUMP, ROOT

@@ -20,7 +20,7 @@ import httpx
 from byok.cli.client import CursorClient, UnexpectedAnswer, user_turn_request
 from byok.cli.h2client import H2CursorClient
 from byok.wire.connect import ConnectError
-from byok.h2conn import H2Error
+from byok.transports.h2conn import H2Error
 from byok.proto import aiserver_pb2 as spb
 
 MODELS_PATH = "/aiserver.v1.AiService/AvailableModels"

@@ -247,7 +247,7 @@ def test_a_rejection_that_loses_nothing_or_comes_from_another_client_ends_nothin
 
 def test_the_stream_server_never_answers_a_runsse_without_an_end_stream():
     from byok.wire import connect
-    from byok.stream_server import RUN_HEADER, StreamServer
+    from byok.transports.stream_server import RUN_HEADER, StreamServer
 
     async def ask(server, request_id: str) -> bytes:
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)

@@ -18,14 +18,20 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from .wire import connect
-from .wire.errors import RunCanceled
-from .agent.run import Run
+from ..wire import connect
+from ..wire.errors import RunCanceled
+from ..agent.run import Run
 
 log = logging.getLogger("byok.stream")
 
 RUN_HEADER = "x-byok-request-id"
 RUN_STREAM_HEADER = "x-byok-run"
+CALL_HEADER = "x-byok-call"
+"""A one-shot server stream (transports/one_shot.py): the token of a call registered with `expect_call`."""
+CALL_TTL_S = 60.0
+
+CallServe = Callable[["ChunkedResponse"], Awaitable[None]]
+"""Writes one streamed answer (status, chunks, end); cancelled when the client goes away."""
 
 RunStreamHandler = Callable[[str, "ChunkedBody", "ChunkedResponse"], Awaitable[None]]
 """(token from x-byok-run, request body, response) -> serves one HTTP/2 Run."""
@@ -103,6 +109,14 @@ class StreamServer:
         self._server: asyncio.base_events.Server | None = None
         self.port = 0
         self._conns: set[asyncio.Task] = set()
+        self._calls: dict[str, tuple[float, CallServe]] = {}
+
+    def expect_call(self, token: str, serve: CallServe) -> None:
+        """The next request carrying `x-byok-call: token` is answered by `serve`."""
+        now = asyncio.get_running_loop().time()
+        for stale in [t for t, (at, _) in self._calls.items() if now - at > CALL_TTL_S]:
+            del self._calls[stale]  # its flow failed before it reached this server
+        self._calls[token] = (now, serve)
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
@@ -128,6 +142,10 @@ class StreamServer:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
                 headers = _parse_headers(head)
+                if CALL_HEADER in headers:
+                    await _drain_body(reader, headers)
+                    await self._serve_call(headers[CALL_HEADER], reader, ChunkedResponse(writer))
+                    return  # one call per connection: its end is the connection's end
                 if RUN_STREAM_HEADER in headers and self._run_stream is not None:
                     await self._run_stream(headers[RUN_STREAM_HEADER], ChunkedBody(reader), ChunkedResponse(writer))
                     return  # one Run per connection (mitmproxy does not reuse HTTP/2-to-1 connections)
@@ -154,6 +172,28 @@ class StreamServer:
         finally:
             writer.close()
             self._conns.discard(task)
+
+    async def _serve_call(self, token: str, reader: asyncio.StreamReader, response: ChunkedResponse) -> None:
+        """Serve one registered call; the client leaving (mitmproxy closes this connection) cancels it
+        at once, so its provider request closes too."""
+        _, serve = self._calls.pop(token, (0.0, None))
+        if serve is None:
+            body = connect.encode_end_stream(connect.ConnectError(connect.Code.NOT_FOUND, "no such call any more"))
+            response.start(200, [("content-type", "application/connect+proto")])
+            await response.write(body)
+            await response.end()
+            return
+        serving = asyncio.ensure_future(serve(response))
+        gone = asyncio.ensure_future(reader.read(1))  # mitmproxy sends nothing more until the response ends
+        try:
+            await asyncio.wait([serving, gone], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not serving.done():
+                serving.cancel()
+                await asyncio.wait([serving])
+            gone.cancel()
+        if not serving.cancelled() and serving.exception() is not None:
+            log.error("one-shot call failed", exc_info=serving.exception())
 
     async def _stream(self, run: Run, writer: asyncio.StreamWriter) -> None:
         writer.write(

@@ -24,21 +24,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import secrets
 import ssl
 import time
+import uuid
 from dataclasses import dataclass, field
 
 from google.protobuf.message import DecodeError
+from mitmproxy import ctx, http
 
 from byok.proto import agent_pb2 as apb
 
-from .wire import connect
-from .wire.errors import AccessDenied, ProtocolError, RunCanceled
-from .agent.run import PARENT_TOOL_CALL_HEADER
-from .agent.runtime import Route, Runtime
+from ..wire import connect
+from ..wire.errors import AccessDenied, ProtocolError, RunCanceled
+from ..agent.run import PARENT_TOOL_CALL_HEADER
+from ..agent.runtime import Route, Runtime
+from .. import duplex
+from ..access import authenticated_user
+from ..router import RUN_PATH
 from .h2conn import H2Connection, H2Error
-from .stream_server import BodyAborted, ChunkedBody, ChunkedResponse
+from .loopback import point_at_loopback
+from .stream_server import RUN_STREAM_HEADER, BodyAborted, ChunkedBody, ChunkedResponse
 
 log = logging.getLogger("byok.run_h2")
 
@@ -321,3 +328,82 @@ async def _answer_error(response: ChunkedResponse, error: connect.ConnectError, 
 async def _drain(body: ChunkedBody) -> None:
     async for _ in body:
         pass
+
+
+class RunH2Headers:
+    """Routes every HTTP/2 Run at its headers (mitmproxy connects upstream right after this hook)."""
+
+    def __init__(self, backend, recorder=None) -> None:
+        self.backend = backend
+        self.recorder = recorder
+
+    async def requestheaders(self, flow: http.HTTPFlow) -> None:
+        request = flow.request
+        if request.method != "POST" or request.path.split("?", 1)[0] != RUN_PATH:
+            return
+        await self.backend.ready()  # the route is fixed at the headers: wait for the loopback server
+        if self.backend.settings.is_cursor_host(request.pretty_host):
+            self._route(flow)
+
+    def _route(self, flow: http.HTTPFlow) -> None:
+        backend, runs, request = self.backend, self.backend.runs, flow.request
+        relay_token = request.headers.pop(RELAY_HEADER, None)
+        relayed = runs.relays.get(relay_token or "")
+        flow.metadata[duplex.FULL_DUPLEX] = request.is_http2
+        if relayed is not None:  # our own relay leg of a Cursor-model Run: to Cursor as it is
+            flow.metadata.update(byok="upstream", byok_request_id=relayed, byok_relay=True)
+            request.stream = self._tee(flow)
+            return
+        request_id = self._request_id(flow)
+        flow.metadata["byok_request_id"] = request_id
+        if backend.settings.mode == "observe" or not request.is_http2:
+            # observe records without answering; an HTTP/1.1 Run (no client sends one) passes on as before
+            flow.metadata["byok"] = "observe" if backend.settings.mode == "observe" else "upstream"
+            request.stream = self._tee(flow)
+            return
+        token = RunTransport.new_token()
+        runs.expect(PendingRun(
+            token, request_id, authority=request.authority or request.pretty_host, path=request.path,
+            headers=relay_headers(list(request.headers.items(multi=True))), relay=_relay_target(flow),
+            refusal=None if backend.allowed(flow) else backend.access.refusal(flow), user=authenticated_user(flow),
+        ))
+        flow.metadata["byok"] = "run"
+        request.headers["transfer-encoding"] = "chunked"  # else mitmproxy's HTTP/1.1 hop has no body framing
+        request.headers.pop("content-length", None)
+        point_at_loopback(flow, backend.server.port, RUN_STREAM_HEADER, token)
+        request.stream = self._tee(flow)
+
+    def _tee(self, flow: http.HTTPFlow):
+        return self.recorder.tee_request(flow) if self.recorder is not None else True
+
+    def _request_id(self, flow: http.HTTPFlow) -> str:
+        """The client's x-request-id when it is new to this process, else a fresh id."""
+        runtime, runs = self.backend.runtime, self.backend.runs
+        wanted = flow.request.headers.get("x-request-id", "").strip()
+        if wanted and runtime.known_route(wanted) is None and wanted not in runtime.channels \
+                and not any(p.request_id == wanted for p in runs.pending.values()):
+            return wanted
+        fresh = str(uuid.uuid4())
+        if wanted:
+            log.info("Run x-request-id %s already seen: this Run is %s", wanted, fresh)
+        return fresh
+
+
+def _relay_target(flow: http.HTTPFlow) -> RelayTarget | None:
+    from mitmproxy.proxy.mode_specs import ReverseMode
+
+    mode = flow.client_conn.proxy_mode
+    sockname = flow.client_conn.sockname
+    if isinstance(mode, ReverseMode):
+        tunnel = False
+    elif mode.type_name in ("regular", "upstream"):
+        tunnel = True
+    else:
+        return None
+    auth = flow.metadata.get("proxyauth")
+    confdir = os.path.expanduser(ctx.options.confdir)
+    return RelayTarget(
+        listener=(sockname[0], sockname[1]), tunnel=tunnel, host=flow.request.host, port=flow.request.port,
+        ca_file=os.path.join(confdir, "mitmproxy-ca-cert.pem"),
+        proxy_auth=tuple(auth) if auth else None,
+    )
