@@ -9,8 +9,9 @@ terminal completion, Cmd-K. No conversation, no tools, no checkpoints: each serv
 from __future__ import annotations
 
 from .call import CallContext, OneShot
+from .tab import SERVICES as TAB
 
-SERVICES: tuple[OneShot, ...] = ()
+SERVICES: tuple[OneShot, ...] = (*TAB,)
 """Every one-shot RPC cursor-byok can answer, in no particular order (paths are unique)."""
 
 __all__ = ["SERVICES", "CallContext", "OneShot"]

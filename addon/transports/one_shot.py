@@ -125,14 +125,15 @@ class OneShotCalls:
             error = e if isinstance(e, connect.ConnectError) else connect.ConnectError(connect.Code.INVALID_ARGUMENT, str(e))
             self._error(flow, service, error)
             return
-        route = service.route_for(message, backend.providers.current())
+        config = backend.providers.current()
+        route = service.route_for(message, config)
         if route is None or not backend.allowed(flow) or not backend.routes_for_flow(flow, [route]):
             flow.metadata["byok"] = "upstream"  # Cursor answers it, as it was sent
             return
         ctx = CallContext(
             request_id=request_id, route=route, http=backend.http, limits=backend.provider_limits,
             store=backend.store, headers={k.lower(): v for k, v in flow.request.headers.items()},
-            user=authenticated_user(flow), deadline_s=_deadline_s(flow.request.headers),
+            user=authenticated_user(flow), deadline_s=_deadline_s(flow.request.headers), config=config,
         )
         flow.metadata["byok"] = f"assist:{service.feature}"
         if service.streaming:
