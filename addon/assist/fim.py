@@ -11,6 +11,9 @@ The model key `fim` (providers file) names the template:
 
 A family template sends its stop tokens as `stop`; every template also stops locally on all known FIM
 and end-of-text tokens (a server that prints special tokens as text must not put them in the file).
+`stop` also carries where the local rules would end the completion anyway (tab_trim.py): the line
+break in single-line mode, a blank line otherwise. So the server usually ends the completion itself,
+reports its usage, and generates nothing that would be thrown away.
 
 The window: up to PREFIX_LINES lines before the cursor and SUFFIX_LINES after it, cut on line
 boundaries to PREFIX_CHARS / SUFFIX_CHARS. The prefix starts on a multiple of WINDOW_STEP lines, so
@@ -90,12 +93,13 @@ def window(file: TabFile) -> Window:
     return Window(prefix=prefix, suffix="\n".join(after), first=first, last=last)
 
 
-def completion_request(route: ModelRoute, win: Window, max_tokens: int) -> CompletionRequest:
+def completion_request(route: ModelRoute, win: Window, max_tokens: int, *, single_line: bool) -> CompletionRequest:
+    ends = ("\n",) if single_line else ("\n\n",)
     if route.fim == "suffix":
-        return CompletionRequest(route=route, prompt=win.prefix, suffix=win.suffix, max_tokens=max_tokens)
+        return CompletionRequest(route=route, prompt=win.prefix, suffix=win.suffix, max_tokens=max_tokens, stop=ends)
     template = TEMPLATES[route.fim]
     return CompletionRequest(route=route, prompt=template.render(win.prefix, win.suffix), suffix=None,
-                             max_tokens=max_tokens, stop=template.stop)
+                             max_tokens=max_tokens, stop=(*ends, *template.stop))
 
 
 def stop_strings(route: ModelRoute) -> tuple[str, ...]:

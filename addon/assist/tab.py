@@ -188,8 +188,9 @@ async def stream_cpp(request: cpb.StreamCppRequest, ctx: CallContext) -> AsyncIt
     yield model_info_frame()
     if route.kind in FIM_KINDS:
         max_tokens, max_lines = tab_budgets(ctx.config)
-        call = fim.completion_request(route, fim.window(file), max_tokens)
-        cut = CompletionFilter(Rules.around(file, fim.stop_strings(route), max_lines))
+        rules = Rules.around(file, fim.stop_strings(route), max_lines)
+        call = fim.completion_request(route, fim.window(file), max_tokens, single_line=rules.single_line)
+        cut = CompletionFilter(rules)
         line = file.range_line(file.cursor_line)
         answer = Answer(line, line, file.eol, before=file.line_before, after=file.line_after)
         http_request, fold = openai_completions.build_request(call), openai_completions.Fold(route.provider)

@@ -1,6 +1,7 @@
 """Tab on a chat model: the next edit of a small window around the cursor, streamed as it is written.
 
-The model sees the window (WINDOW_BEFORE lines above the cursor's line to WINDOW_AFTER below it) with
+The model sees the window (WINDOW_BEFORE lines above the cursor's line to WINDOW_AFTER below it, less
+trailing blank lines) with
 `<|cursor|>` at the cursor, some file around it and the client's recent diff history, and answers the
 window rewritten inside `<edit>` … `</edit>` (prompt/tab/). The answer replaces exactly the window's
 lines (`range_to_replace` = the window), so it applies whatever the model changed.
@@ -69,6 +70,8 @@ class ChatWindow:
 def chat_window(file: TabFile, diff_history: list[str]) -> ChatWindow:
     lines, at = file.lines, file.cursor_line
     first, last = max(0, at - WINDOW_BEFORE), min(len(lines) - 1, at + WINDOW_AFTER)
+    while last > at and not lines[last].strip():
+        last -= 1  # models drop trailing blank lines: the window ends on code (or at the cursor)
     shown = list(lines[first:last + 1])
     shown[at - first] = file.line_before + CURSOR + file.line_after
     before = lines[max(0, first - CONTEXT_BEFORE):first]

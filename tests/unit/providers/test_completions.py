@@ -83,7 +83,7 @@ def test_request_with_suffix_and_usage_option():
 def test_template_request_sends_no_suffix_and_extra_body_wins():
     req = completion(suffix=None, route=route(oc.KIND, extra_body={"temperature": 0.2, "top_k": 20}))
     body = oc.build_request(req).body
-    assert "suffix" not in body and "stop" not in body
+    assert "suffix" not in body and "stop" not in body  # no stop strings given
     assert body["temperature"] == 0.2 and body["top_k"] == 20
 
 
