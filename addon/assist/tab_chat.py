@@ -102,6 +102,8 @@ def clean(body: str, *, final: bool) -> str:
     marker, and when `final` the last line break and a closing fence line."""
     if body.startswith(FENCE):
         body = body.split("\n", 1)[1] if "\n" in body else ""
+    elif not final and FENCE.startswith(body):
+        return ""  # may still become an opening fence
     text = body.replace(CURSOR, "")
     if final:
         text = text.removesuffix("\n")
@@ -130,7 +132,8 @@ class EditStream:
         body = self._body()
         if body is None or self.stopped:
             return ""  # not opened yet; or closed: the rest goes out with finish()
-        self.text = clean(body[:len(body) - _tail_hold(body, self._HELD)], final=False)
+        text = clean(body[:len(body) - _tail_hold(body, self._HELD)], final=False)
+        self.text = text[:len(text) - _tail_hold(text, self._HELD)]  # a line break the marker hid
         if self.released == 0 and self.original.startswith(self.text):
             return ""  # still only a copy of the window
         return self._release()

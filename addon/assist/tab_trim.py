@@ -129,24 +129,25 @@ class CompletionFilter:
         return text, stopped
 
     def _safe_end(self) -> int:
-        """How much of `self.text` no rule can take back."""
+        """How much of `self.text` no rule can take back. Each hold looks at what the holds before it
+        left visible (a tail that may become a stop string is not yet part of the completion)."""
         r, text = self.rules, self.text
         end = len(text)
-        if self.released == 0 and r.suffix_norm.startswith(_norm(text)):
-            return 0  # it may still only repeat what follows the cursor
         if not self.stopped:
             for n in range(min(self._longest_stop - 1, len(text)), 0, -1):
                 if any(s.startswith(text[-n:]) for s in r.stops):
                     end = len(text) - n
                     break
+        visible = text[:end]
+        if self.released == 0 and r.suffix_norm.startswith(_norm(visible)):
+            return 0  # it may still only repeat what follows the cursor
         if r.single_line:
-            end = min(end, len(text) - self._overlap(text, any_chars=True))
-        else:
-            at = text.rfind("\n")
-            if at >= 0:
-                last = text[at + 1:]
-                if not last.strip() or (r.next_line and r.next_line.startswith(last.strip())):
-                    end = min(end, at)  # blank, or a repeat of the next line in the making
+            return end - self._overlap(visible, any_chars=True)
+        at = visible.rfind("\n")
+        if at >= 0:
+            last = visible[at + 1:]
+            if not last.strip() or (r.next_line and r.next_line.startswith(last.strip())):
+                return at  # blank, or a repeat of the next line in the making
         return end
 
     def _overlap(self, text: str, *, any_chars: bool) -> int:
