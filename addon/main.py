@@ -7,12 +7,13 @@ from .providers.config import ProvidersFile
 from .backend import Backend
 from .contentview import ContentViewRegistrar
 from .duplex import VersionGate
-from .models import ModelListInjector
+from .models import ModelListInjector, UpstreamProbe
 from .options import Options
 from .providers_file import ProvidersFileAddon
 from .recorder import Recorder
 from .server_config import ServerConfigRewriter
 from .status import StatusEndpoint
+from .tab_config import TabConfig
 from .transports.loopback import FlowStreaming
 from .transports.one_shot import OneShotCalls
 from .transports.run_h2 import RunH2Headers
@@ -36,6 +37,7 @@ def make_addons() -> list:
     recorder = Recorder()
     access = ClientAccess()
     backend = Backend(providers, recorder, access)
+    probe = UpstreamProbe()
     return [
         VersionGate(),
         Options(),
@@ -43,11 +45,12 @@ def make_addons() -> list:
         ContentViewRegistrar(),
         ProvidersFileAddon(providers),
         recorder,
-        ModelListInjector(providers, may_see_user_models=access.allows, routes_for=backend.routes_for_flow),
+        ModelListInjector(providers, probe=probe, may_see_user_models=access.allows, routes_for=backend.routes_for_flow),
         StatusEndpoint(providers),
         ServerConfigRewriter(),
         backend,
         FlowStreaming(backend, recorder),
+        TabConfig(providers, probe),
         RunH2Headers(backend, recorder),
         RunSseTransport(backend),
         OneShotCalls(backend),

@@ -372,6 +372,25 @@ class UpstreamProbe:
         return True, ""
 
 
+def direct_and_unconnected(flow: http.HTTPFlow) -> bool:
+    """Whether reachability is worth checking: no open connection and no upstream proxy."""
+    if flow.server_conn.connected or flow.server_conn.via is not None:
+        return False  # an open connection proves reachability; via a proxy we cannot tell
+    return not any(str(mode).startswith("upstream") for mode in ctx.options.mode)
+
+
+async def upstream_down(flow: http.HTTPFlow, probe: UpstreamProbe) -> str | None:
+    """Why the flow's Cursor host cannot be reached now (a cached or fresh TCP probe of at most
+    `byok_upstream_probe_ms`), or None when it can, or when that cannot be told from here."""
+    if not direct_and_unconnected(flow):
+        return None
+    host, port = flow.request.host, flow.request.port
+    known = probe.cached(host, port)
+    if known is None and ctx.options.byok_upstream_probe_ms > 0:
+        known = await probe.reachable(host, port, ctx.options.byok_upstream_probe_ms / 1000)
+    return None if known is None or known[0] else f"{host}:{port} unreachable ({known[1]})"
+
+
 # ---- the addon ----------------------------------------------------------------------------------
 
 
@@ -412,14 +431,11 @@ class ModelListInjector:
         if kind is None or flow.response is not None:
             return
         routes = self._active_routes(flow)
-        if not routes or not self._direct_and_unconnected(flow):
+        if not routes:
             return
-        host, port = flow.request.host, flow.request.port
-        known = self.probe.cached(host, port)
-        if known is None and ctx.options.byok_upstream_probe_ms > 0:
-            known = await self.probe.reachable(host, port, ctx.options.byok_upstream_probe_ms / 1000)
-        if known is not None and not known[0] and kind is not ModelList.CPP_AVAILABLE:
-            self._answer_locally(flow, kind, routes, f"{host}:{port} unreachable ({known[1]})")
+        down = await upstream_down(flow, self.probe)
+        if down is not None and kind is not ModelList.CPP_AVAILABLE:
+            self._answer_locally(flow, kind, routes, down)
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         # The body is rewritten in `response`, so it must be buffered, whatever other addons chose.
@@ -493,13 +509,6 @@ class ModelListInjector:
         if kind is not None:
             flow.metadata[METADATA_KEY] = kind.value
         return kind
-
-    @staticmethod
-    def _direct_and_unconnected(flow: http.HTTPFlow) -> bool:
-        """Whether reachability is worth checking: no open connection and no upstream proxy."""
-        if flow.server_conn.connected or flow.server_conn.via is not None:
-            return False  # an open connection proves reachability; via a proxy we cannot tell
-        return not any(str(mode).startswith("upstream") for mode in ctx.options.mode)
 
     def _answer_locally(self, flow: http.HTTPFlow, kind: ModelList, routes: Sequence[ModelRoute],
                         why: str) -> None:
