@@ -26,7 +26,7 @@ def test_tab_forced_on_and_every_other_byte_kept():
     parsed = cpb.CppConfigResponse.FromString(after)
     assert parsed.is_on and parsed.should_let_user_enable_cpp_even_if_not_pro
     assert parsed.cpp_url == "https://api4.cursor.sh" and list(parsed.heuristics) == [1, 2]
-    assert after.endswith(b"\xd0\x3e\x07")
+    assert b"\xd0\x3e\x07" in after and len(after) == len(before) + 2  # is_on replaced in place, field 7 added
     unchanged = cpb.CppConfigResponse.FromString(before)
     unchanged.is_on = True
     unchanged.should_let_user_enable_cpp_even_if_not_pro = True
