@@ -137,6 +137,10 @@ class OneShotCalls:
         )
         flow.metadata["byok"] = f"assist:{service.feature}"
         if service.streaming:
+            if "content-length" not in flow.request.headers and "transfer-encoding" not in flow.request.headers:
+                # an HTTP/2 request often has neither; on mitmproxy's HTTP/1.1 hop to the loopback server
+                # its body would then follow a request that says it has none (docs/architecture.md)
+                flow.request.headers["content-length"] = str(len(flow.request.raw_content or b""))
             token = secrets.token_urlsafe(16)
             backend.server.expect_call(token, lambda response: self._stream(service, message, ctx, response))
             point_at_loopback(flow, backend.server.port, CALL_HEADER, token)
