@@ -9,7 +9,11 @@ mitmweb, mitmproxy and mitmdump pick it automatically (their "auto" view) for:
   BidiAppend requests (request id, seqno, and the hex `data`, or the raw `data_binary` of newer
   clients, decoded as an `AgentClientMessage`), unary or enveloped;
 - GetServerConfig and GetDefaultModelForCli (unary calls cursor-byok may rewrite): the message as
-  JSON, unknown fields numbered.
+  JSON, unknown fields numbered;
+- Tab: StreamCpp requests (`StreamCppRequest`: file, cursor, contents_start_at_line, line ending) and
+  their frames (`StreamCppResponse`, each summarized as model_info / range a-b / text / done_stream),
+  StreamNextCursorPrediction both ways, and the unary Tab RPCs (CppConfig, RefreshTabContext,
+  CppEditHistoryStatus, CppAppend, CppEditHistoryAppend, CppService/AvailableModels, RecordCppFate).
 Other `application/connect+*` bodies get the envelope listing without message types.
 
 The renderers are pure functions (bytes -> lines of `(style, text)`), testable without mitmproxy;
@@ -34,7 +38,7 @@ from google.protobuf.message import DecodeError, Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 from mitmproxy import contentviews, http
 
-from byok.proto import agent_pb2 as apb, aiserver_pb2 as spb
+from byok.proto import agent_pb2 as apb, aiserver_pb2 as spb, cpp_pb2 as cpb
 
 from .wire import connect
 from .agent.cursor.bidi import append_message
@@ -171,6 +175,10 @@ def _set_oneof(message: Message) -> str | None:
 def summarize(message: Message, id_labels: dict[str, str]) -> tuple[str, list[str]]:
     """(kind, ids): the oneof branch and its nested branch (`interaction_update.text_delta`), and the
     ids that pair messages (KV id, exec/interaction id, call ids, blob id prefixes)."""
+    if isinstance(message, cpb.StreamCppResponse):
+        return _cpp_frame(message), []
+    if isinstance(message, cpb.StreamCppRequest):
+        return "StreamCppRequest", _cpp_request(message)
     if "message" not in message.DESCRIPTOR.oneofs_by_name:  # e.g. BidiRequestId
         return message.DESCRIPTOR.name, _ids(message, None)
     branch = message.WhichOneof("message")
@@ -202,6 +210,31 @@ def _ids(message: Message, id_label: str | None) -> list[str]:
             out.append(f"{id_label}={value}")
         elif value:
             out.append(f"{label}={value.hex()[:ID_PREFIX] if isinstance(value, bytes) else _one_line(value)}")
+    return out
+
+
+def _cpp_frame(frame: cpb.StreamCppResponse) -> str:
+    """What a StreamCpp frame says, in the order the client reads it."""
+    parts = [name for name in ("model_info", "begin_edit") if frame.HasField(name)]
+    if frame.HasField("range_to_replace"):
+        r = frame.range_to_replace
+        parts.append(f"range {r.start_line_number}-{r.end_line_number_inclusive}")
+    if frame.text:
+        parts.append(f"text {_one_line(frame.text)!r}")
+    parts += [name for name in ("cursor_prediction_target", "done_edit", "done_stream") if frame.HasField(name)]
+    return " + ".join(parts) or "empty"
+
+
+def _cpp_request(request: cpb.StreamCppRequest) -> list[str]:
+    f = request.current_file
+    out = [f"file={f.relative_workspace_path or '-'}", f"cursor={f.cursor_position.line}:{f.cursor_position.column}",
+           f"lines={f.contents.count(chr(10)) + 1 if f.contents else 0}"]
+    if f.contents_start_at_line:
+        out.append(f"contents_start_at_line={f.contents_start_at_line}")
+    if f.HasField("line_ending"):
+        out.append(f"line_ending={f.line_ending!r}")
+    if f.rely_on_filesync:
+        out.append("rely_on_filesync")
     return out
 
 
@@ -426,8 +459,23 @@ UNARY_MESSAGES: dict[str, tuple[type[Message], type[Message]]] = {
     "/aiserver.v1.AiService/GetServerConfig": (spb.GetServerConfigRequest, spb.GetServerConfigResponse),
     "/aiserver.v1.AiService/GetDefaultModelForCli": (
         spb.GetDefaultModelForCliRequest, spb.GetDefaultModelForCliResponse),
+    "/aiserver.v1.AiService/CppConfig": (cpb.CppConfigRequest, cpb.CppConfigResponse),
+    "/aiserver.v1.AiService/RefreshTabContext": (cpb.RefreshTabContextRequest, cpb.RefreshTabContextResponse),
+    "/aiserver.v1.AiService/CppEditHistoryStatus": (cpb.CppEditHistoryStatusRequest, cpb.CppEditHistoryStatusResponse),
+    "/aiserver.v1.AiService/CppAppend": (cpb.CppAppendRequest, cpb.CppAppendResponse),
+    "/aiserver.v1.AiService/CppEditHistoryAppend": (
+        cpb.EditHistoryAppendChangesRequest, cpb.EditHistoryAppendChangesResponse),
+    "/aiserver.v1.CppService/AvailableModels": (cpb.AvailableCppModelsRequest, cpb.AvailableCppModelsResponse),
+    "/aiserver.v1.CppService/RecordCppFate": (cpb.RecordCppFateRequest, cpb.RecordCppFateResponse),
 }
 """Unary RPCs whose bodies the view decodes: path -> (request, response) message classes."""
+
+STREAMS: dict[str, tuple[type[Message], type[Message]]] = {
+    "/aiserver.v1.AiService/StreamCpp": (cpb.StreamCppRequest, cpb.StreamCppResponse),
+    "/aiserver.v1.AiService/StreamNextCursorPrediction": (
+        cpb.StreamNextCursorPredictionRequest, cpb.StreamNextCursorPredictionResponse),
+}
+"""Server-streaming RPCs besides the agent's: path -> (request, response frames) message classes."""
 
 
 def render_unary(body: bytes, message_class: type[Message], content_type: str | None = None) -> list[Line]:
@@ -470,7 +518,7 @@ def describe_stream(data: bytes, what: str) -> str:
 
 def _target(flow: Any, http_message: Any, content_type: str | None) -> str | None:
     """Which body this is: 'run_sse_request' | 'run_sse_response' | 'bidi_append' | 'unary_request'
-    | 'unary_response' | 'connect' | None."""
+    | 'unary_response' | 'stream_request' | 'stream_response' | 'connect' | None."""
     if isinstance(http_message, http.Message) and flow is not None and getattr(flow, "request", None) is not None:
         path = flow.request.path.split("?", 1)[0]
         is_request = isinstance(http_message, http.Request)
@@ -482,6 +530,8 @@ def _target(flow: Any, http_message: Any, content_type: str | None) -> str | Non
             return "bidi_append"
         if path in UNARY_MESSAGES:
             return "unary_request" if is_request else "unary_response"
+        if path in STREAMS:
+            return "stream_request" if is_request else "stream_response"
     if content_type and content_type.startswith("application/connect+"):
         return "connect"
     return None
@@ -521,6 +571,13 @@ class CursorAgentView(contentviews.Contentview):
                 return "Cursor Agent: Run response: no bytes yet", iter([])
             lines = iter_envelopes(data, apb.AgentServerMessage.FromString, _SERVER_ID_LABEL)
             return describe_stream(data, "Cursor Agent: Run response"), lines
+        if target in ("stream_request", "stream_response"):
+            path = flow.request.path.split("?", 1)[0]
+            message_class = STREAMS[path][0 if target == "stream_request" else 1]
+            what = f"Cursor: {path.rsplit('/', 1)[-1]} {target.split('_')[1]}"
+            if not data:
+                return f"{what}: no bytes yet", iter([])
+            return describe_stream(data, what), iter_envelopes(data, message_class.FromString, {})
         if target in ("unary_request", "unary_response"):
             path = flow.request.path.split("?", 1)[0]
             message_class = UNARY_MESSAGES[path][0 if target == "unary_request" else 1]
