@@ -66,6 +66,9 @@ def find(conn: sqlite3.Connection, ident: str, *, prefixes: bool = True) -> Foun
     row = q("SELECT request_id, conversation_id FROM llm_calls WHERE model_call_id = ?", [ident]).fetchone()
     if row:
         return Found("model_call", ident, [row[0]], row[1])
+    row = q("SELECT conversation_id FROM llm_calls WHERE request_id = ?", [ident]).fetchone()
+    if row:  # a one-shot call (Tab, commit message, ...): provider calls, no run
+        return Found("request", ident, [ident], row[0])
     rows = q("SELECT DISTINCT r.request_id, r.conversation_id FROM tool_round_calls c"
              " JOIN tool_rounds r ON r.id = c.round_id WHERE c.call_id = ?", [ident]).fetchall()
     if rows:
@@ -288,7 +291,10 @@ def _n(value) -> str:
 def print_run(out, story: dict, found: Found) -> None:
     heading(out, f"request {story['request_id']}")
     run = story["run"]
-    if run is None:
+    purposes = sorted({c["purpose"] for c in story["provider_calls"] if c.get("purpose")})
+    if run is None and purposes:
+        facts(out, [("call", f"one-shot ({', '.join(purposes)}): no run, no conversation")])
+    elif run is None:
         facts(out, [("run", "no run row (observed or never claimed): frames only")])
     else:
         rows: list[tuple[str, object]] = [

@@ -33,8 +33,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="providers file with the models' prices (default: ~/.cursor-byok/providers.toml)")
     p.add_argument("--since", type=_day, default=None, metavar="YYYY-MM-DD", help="first day to include")
     p.add_argument("--until", type=_day, default=None, metavar="YYYY-MM-DD", help="last day to include")
-    p.add_argument("--by", choices=("model", "user"), default="model",
-                   help="rows per day and model (default) or per day and proxyauth user (team server)")
+    p.add_argument("--by", choices=("model", "user", "purpose"), default="model",
+                   help="rows per day and model (default), per day and proxyauth user (team server), or per day "
+                        "and purpose (agent, summary, tab, ...)")
     p.add_argument("--json", action="store_true", help="print the rows and totals as one JSON document")
     p.add_argument("--plot", "--png", dest="plot", type=Path, default=None, metavar="FILE.png",
                    help="also draw tokens and cost per day and model into a PNG (needs matplotlib: "
@@ -70,12 +71,14 @@ def usage_rows(conn: sqlite3.Connection, since: date | None = None, until: date 
                prices: dict | None = None, *, by: str = "model") -> list[Row]:
     """Per (day, model) sums; `prices` = public id -> Prices fills `cost`. With `by="user"` per
     (day, proxyauth user of the run), '-' for runs without one (the single user): `Row.model` then
-    holds the user name, and the cost is None when any of the user's models has no prices."""
+    holds the user name, and the cost is None when any of the user's models has no prices. With
+    `by="purpose"` per (day, why the call was made): `agent` for a turn's own calls, `summary`,
+    `tab` and the other one-shot features."""
     from byok.providers.pricing import cost
 
     sums = ", ".join(f"coalesce(sum(c.{f}), 0)" for f in TOKEN_FIELDS)
-    key = ("coalesce(r.user_id, '-')" if by == "user"
-           else "coalesce(c.provider, '?') || '/' || coalesce(c.model, '?')")
+    key = {"user": "coalesce(r.user_id, '-')", "purpose": "coalesce(c.purpose, 'agent')"}.get(
+        by, "coalesce(c.provider, '?') || '/' || coalesce(c.model, '?')")
     sql = (f"SELECT substr(c.started_at, 1, 10) AS day, {key}, count(*),"
            f" sum(CASE WHEN c.status = 'error' THEN 1 ELSE 0 END), {sums}, c.model_public_id, c.provider_kind"
            " FROM llm_calls c LEFT JOIN runs r ON r.request_id = c.request_id WHERE 1=1")
@@ -142,8 +145,8 @@ def run(args: argparse.Namespace) -> int:
             item["cost_usd"] = None if r.cost is None else float(r.cost)
             item["prices"] = prices_json.get(r.model_public_id)
             del item["cost"]
-            if args.by == "user":
-                item = {"day": item.pop("day"), "user": item.pop("model"),
+            if args.by != "model":
+                item = {"day": item.pop("day"), args.by: item.pop("model"),
                         **{k: v for k, v in item.items() if k not in ("model_public_id", "provider_kind", "prices")}}
             out_rows.append(item)
         emit_json({"days": "UTC", "by": args.by, "rows": out_rows,
