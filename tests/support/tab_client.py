@@ -31,7 +31,7 @@ class TabAnswer:
     content_type: str
     frames: list[cpb.StreamCppResponse] = field(default_factory=list)
     times: list[float] = field(default_factory=list)
-    """time.perf_counter() when each frame (and the end-stream, last) was complete."""
+    """time.monotonic() when each frame (and the end-stream, last) was decoded."""
     error: connect.ConnectError | None = None
     ended: bool = False
     raw: bytes = b""
@@ -59,7 +59,7 @@ class _Reader:
     def feed(self, chunk: bytes) -> int:
         self.answer.raw += chunk
         frames = self.decoder.feed(chunk)
-        now = time.perf_counter()
+        now = time.monotonic()
         for frame in frames:
             self.answer.times.append(now)
             if frame.end_stream:
