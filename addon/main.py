@@ -14,6 +14,7 @@ from .recorder import Recorder
 from .server_config import ServerConfigRewriter
 from .status import StatusEndpoint
 from .tab_config import TabConfig
+from .tab_observe import TabObserver
 from .transports.loopback import FlowStreaming
 from .transports.one_shot import OneShotCalls
 from .transports.run_h2 import RunH2Headers
@@ -54,5 +55,6 @@ def make_addons() -> list:
         RunH2Headers(backend, recorder),
         RunSseTransport(backend),
         OneShotCalls(backend),
+        TabObserver(),
         StoreWiring(backend, recorder),
     ]

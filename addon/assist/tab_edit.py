@@ -91,6 +91,13 @@ def cursor_index(line: int, contents_start_at_line: int, *, in_contents: bool = 
     return line if in_contents else line - contents_start_at_line
 
 
+def cursor_file_lines(current_file) -> dict[str, int]:
+    """The 1-based file line of the cursor under each reading of cursor_position.line (for observing
+    which one Cursor's own answers confirm: their range_to_replace holds the cursor's line)."""
+    line, start = current_file.cursor_position.line, current_file.contents_start_at_line
+    return {"contents": start + line + 1, "file": line + 1}
+
+
 def utf16_to_index(text: str, column: int) -> int:
     """The Python index of a UTF-16 column in `text`; a column inside a surrogate pair, past the end
     or negative is a ProtocolError."""

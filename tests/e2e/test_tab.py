@@ -333,3 +333,23 @@ def test_tab_works_with_cursor_unreachable(tmp_path, provider):
         assert f"CppConfig answered locally: 127.0.0.1:{closed} unreachable" in proxy.log()
     finally:
         proxy.stop()
+
+
+def test_observe_mode_passes_stream_cpp_on_and_logs_the_line_convention(tmp_path, provider, upstream):
+    (tmp_path / "providers.toml").write_text(providers_file(provider.base_url, "local/coder"))
+    proxy = Proxy(tmp_path, extra_scripts=[str(ROOT / "tests/support/redirect_upstream.py")],
+                  options={"test_upstream": f"127.0.0.1:{upstream.port}", "ssl_insecure": "true",
+                           "byok_upstream_probe_ms": "0", "byok_mode": "observe"}).start()
+    try:
+        before = len(provider.requests)
+        req = request("a\nx = \nb", 0, 0, contents_start_at_line=0)  # the canned answer replaces line 1
+        answer = run(stream_cpp(proxy.url, proxy.ca_file, req))
+        assert answer.raw == UPSTREAM_STREAM_CPP and len(provider.requests) == before  # Cursor answered, untouched
+        assert upstream.requests(STREAM_CPP)[-1].body == connect.encode_envelope(req.SerializeToString())
+        deadline = time.monotonic() + 10
+        while "Tab observed:" not in proxy.log():
+            assert time.monotonic() < deadline, proxy.log()
+            time.sleep(0.05)
+        assert "Cursor replaced 1-1: both readings fit" in proxy.log()
+    finally:
+        proxy.stop()

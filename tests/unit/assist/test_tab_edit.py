@@ -100,3 +100,17 @@ def test_replace_after_merges_a_closing_bracket():
 def test_an_empty_file_has_one_empty_line():
     file = tab_file(current("", 0, 0))
     assert file.lines == ("",) and insertion(file, "x").text == "x"
+
+
+def test_observed_answers_tell_the_cursor_line_convention():
+    from byok.tab_observe import verdict
+
+    req = cpb.StreamCppRequest(current_file=current("a\nb\nc", 1, 0, contents_start_at_line=40))
+    assert req.current_file.contents_start_at_line == 40
+    frames = [cpb.StreamCppResponse(range_to_replace=cpb.LineRange(start_line_number=42, end_line_number_inclusive=42))]
+    assert verdict(req, frames).endswith("Cursor replaced 42-42: cursor_position.line counts lines of the contents")
+    frames[0].range_to_replace.start_line_number = frames[0].range_to_replace.end_line_number_inclusive = 2
+    assert verdict(req, frames).endswith("counts lines of the whole file")
+    assert "both readings fit" in verdict(cpb.StreamCppRequest(current_file=current("a\nb", 1, 0)), [
+        cpb.StreamCppResponse(range_to_replace=cpb.LineRange(start_line_number=2, end_line_number_inclusive=2))])
+    assert verdict(req, []).endswith("no range (no suggestion)")
