@@ -21,6 +21,8 @@ from pathlib import Path
 
 import jinja2
 
+from byok.prompt.assets import ROOT as PROMPT_ROOT
+
 from .tab_edit import TabFile
 from .tab_trim import Truncated
 
@@ -30,7 +32,7 @@ MAX_DIFFS, MAX_DIFF_CHARS = 6, 4000
 CURSOR = "<|cursor|>"
 OPEN, CLOSE = "<edit>", "</edit>"
 FENCE = "```"
-PROMPT_DIR = Path(__file__).resolve().parents[2] / "prompt" / "tab"
+PROMPT_DIR = PROMPT_ROOT / "tab"
 
 
 @dataclass(frozen=True)
