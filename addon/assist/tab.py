@@ -43,7 +43,7 @@ from ..providers.config import FIM_KINDS, TAB_DEFAULT_MAX_LINES, TAB_DEFAULT_MAX
 from ..providers.io import CallMetrics, stream_http
 from ..providers.transcript import TextPart, UserItem
 from ..wire.connect import Code, ConnectError
-from ..wire.errors import ConfigError, ProviderError, RunError, error_details
+from ..wire.errors import ProviderError, RunError, error_details
 from . import fim
 from .call import CallContext, OneShot
 from .tab_chat import PROMPTS, EditStream, chat_window

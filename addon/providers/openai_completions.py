@@ -30,7 +30,7 @@ from typing import Literal
 
 from ..wire.errors import ProviderError
 from . import common, failures
-from .base import Done, HttpRequest, ModelEvent, ProviderProtocolError, SseEvent, Start, TextDelta, TextEnd, TextStart, Usage
+from .base import Done, HttpRequest, ModelEvent, ProviderProtocolError, TextDelta, TextEnd, TextStart, Usage
 from .config import ModelRoute
 from .common import api_key, endpoint, json_headers, merge_extra_body
 
@@ -71,7 +71,7 @@ def build_request(req: CompletionRequest) -> HttpRequest:
     return HttpRequest(url=endpoint(route, PATHS[route.kind]), headers=json_headers(route, auth), body=body)
 
 
-class Fold:
+class Fold(common.DataChunkFold):
     """Completion chunks -> Start, TextStart/TextDelta/TextEnd, Usage, Done. Pure."""
 
     def __init__(self, provider: str = "completions") -> None:
@@ -82,21 +82,8 @@ class Fold:
         self._usage: Usage | None = None
         self._done = False
 
-    def feed(self, event: SseEvent) -> list[ModelEvent]:
-        data = event.data.strip()
-        if common.is_done_sentinel(data):
-            return [] if self._done else self._on_done()
-        if self._done:
-            raise ProviderProtocolError(f"{self._provider}: data after [DONE]")
-        if not data:
-            return []
-        chunk = common.event_json(self._provider, data)
-        if chunk.get("error"):
-            raise failures.stream_error(self._provider, chunk)
+    def _chunk(self, chunk: dict) -> list[ModelEvent]:
         out: list[ModelEvent] = []
-        if not self._started:
-            self._started = True
-            out.append(Start(response_id=chunk.get("id") if isinstance(chunk.get("id"), str) else None))
         usage = chunk.get("usage")
         if isinstance(usage, dict) and any(v for v in usage.values() if isinstance(v, int)):
             self._usage = _usage(usage)

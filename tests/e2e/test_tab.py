@@ -6,12 +6,15 @@ passthrough without [tab], and Cursor unreachable."""
 from __future__ import annotations
 
 import asyncio
-import json
 import sqlite3
+import ssl
 import time
+
+import httpx
 
 import pytest
 
+from byok.assist.fim import TEMPLATES
 from byok.assist.tab_edit import Edit, apply_edit
 from byok.proto import aiserver_pb2 as spb, cpp_pb2 as cpb
 from byok.wire import connect
@@ -19,7 +22,7 @@ from tests.e2e.conftest import ROOT, run
 from tests.e2e.harness import API_KEY, Proxy, free_port
 from tests.support.fake_cursor import FakeCursor
 from tests.support.scripted_provider import CHAT, COMPLETIONS, MISTRAL_FIM, HttpError, ScriptedProvider
-from tests.support.tab_client import STREAM_CPP, TabAnswer, request, stream_cpp, unary
+from tests.support.tab_client import HOST, STREAM_CPP, TabAnswer, request, stream_cpp, unary
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90), pytest.mark.usefixtures("fresh_provider")]
 
@@ -134,8 +137,6 @@ def test_each_template(env, provider, tab, fim):
     answer = call(env, request(contents, 1, 15))
     assert_applies(answer, contents, 0, contents.replace("a + \n", "a + b\n"))
     body = provider.requests[-1].json
-    from byok.assist.fim import TEMPLATES
-
     template = TEMPLATES[fim]
     assert "suffix" not in body and body["model"] == FIM_MODELS[fim]
     assert body["prompt"] == template.render("def add(a, b):\n    return a + ", "\n")
@@ -267,9 +268,6 @@ def test_the_other_tab_rpcs_are_answered_locally(env, upstream, tab):
     assert status.json() == {} or status.json().get("on") in (None, False)
     assert cpb.AvailableCppModelsResponse.FromString(models.content).default_model == "local/coder"
     assert refresh.status_code == 200 and refresh.headers["content-type"] == "application/proto"
-    from tests.support.tab_client import HOST
-    import httpx, ssl
-
     async def prediction():
         async with httpx.AsyncClient(proxy=env.url, verify=ssl.create_default_context(cafile=env.ca_file),
                                      trust_env=False) as client:
