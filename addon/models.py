@@ -430,11 +430,13 @@ class ModelListInjector:
         kind = self._tag(flow)
         if kind is None or flow.response is not None:
             return
+        if kind is ModelList.CPP_AVAILABLE:
+            return  # Tab's list is never made up here (with [tab], tab_config.py answers it)
         routes = self._active_routes(flow)
         if not routes:
             return
         down = await upstream_down(flow, self.probe)
-        if down is not None and kind is not ModelList.CPP_AVAILABLE:
+        if down is not None:
             self._answer_locally(flow, kind, routes, down)
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
