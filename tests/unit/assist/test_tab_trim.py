@@ -61,7 +61,7 @@ def test_single_line_mode_stops_at_the_line_break_and_merges_a_closing_bracket()
 
 
 def test_single_line_keeps_a_tail_that_is_not_a_closer_unless_it_is_all_of_the_rest():
-    assert run(rules("x = foo bar\n", 0, 8), ["baz foo"])[1] == "baz foo"  # "foo"... is not a closer
+    assert run(rules("x = foo bar\n", 0, 8), ["baz b"])[1] == "baz b"  # a "b" that starts "bar" is no closer
     assert run(rules("x = (a)\n", 0, 5), ["b, a)"])[1] == "b, "  # all of the rest: not doubled
 
 
