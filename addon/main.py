@@ -6,6 +6,7 @@ from .access import ClientAccess
 from .providers.config import ProvidersFile
 from .backend import Backend
 from .contentview import ContentViewRegistrar
+from .dashboard_endpoint import DashboardEndpoint
 from .duplex import VersionGate
 from .models import ModelListInjector, UpstreamProbe
 from .options import Options
@@ -56,5 +57,6 @@ def make_addons() -> list:
         RunSseTransport(backend),
         OneShotCalls(backend),
         TabObserver(),
+        DashboardEndpoint(backend),  # after the transports: reads the backend's runtime and stream server
         StoreWiring(backend, recorder),
     ]

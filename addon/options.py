@@ -88,7 +88,8 @@ class Options:
             choices=MODES,
         )
         loader.add_option(
-            "byok_record", bool, True, "Record every Connect frame of the agent RPCs in the database."
+            "byok_record", bool, True, "Record every Connect frame of the agent RPCs in the database, and the "
+            "wire facts `cursor-byok verify` checks (Connect headers, appends as they arrived, Cursor hosts)."
         )
         loader.add_option(
             "byok_verbose_llm", bool, False,

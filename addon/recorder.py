@@ -34,9 +34,10 @@ from byok.proto import agent_pb2 as apb
 from .access import authenticated_user
 from .wire import connect
 from .agent import drift
-from .agent.cursor.bidi import decode_bidi_append, decode_run_sse
+from .agent.cursor.bidi import UnusableAppend, decode_bidi_append, decode_run_sse
 from .agent.run import FrameSink
-from .router import BIDI_APPEND_PATH
+from .router import BIDI_APPEND_PATH, RUN_SSE_PATH
+from .wire_facts import FirstMessages, WireFacts, client_kind
 
 log = logging.getLogger("byok.recorder")
 
@@ -67,6 +68,12 @@ class Captured:
     data: bytes
     append_content_type: str | None = None
     """Set when `data` is a whole BidiAppend body still to decode (request id, message)."""
+    append_encoding: str | None = None
+    """The append body's content-encoding (gzip and deflate are inflated on the store thread)."""
+    as_frame: bool = True
+    """False: an append answered here, whose frame the local run records; only its arrival is noted."""
+    arrived_us: int | None = None
+    """When the append arrived (epoch microseconds: arrival order of appends within one millisecond)."""
 
 
 CLIENT_VERSION_HEADERS = ("x-cursor-client-version", "x-client-version")
@@ -117,10 +124,11 @@ class FrameWriter:
         self._parked: OrderedDict[str, list[tuple]] = OrderedDict()
         """request id -> frames whose drift waits for the client's version (its RunSSE headers)."""
 
-    def write(self, store, batch: list[Captured]) -> int:
-        rows, learned = [], {}
+    def write(self, store, batch: list[Captured], streams: list[dict] = (), hosts: list[dict] = ()) -> int:
+        """Write a batch of frames, plus the wire facts `verify` reads (wire_facts.py)."""
+        rows, learned, appends = [], {}, []
         for item in batch:
-            row = self._row(store, item, learned)
+            row = self._row(store, item, learned, appends)
             if row is not None:
                 rows.append(row)
         for row in rows:
@@ -133,15 +141,15 @@ class FrameWriter:
         for request_id, conversation_id in learned.items():
             # frames of this request written before its run_request was seen
             store.fill_frame_conversation(request_id, conversation_id)
+        if streams or appends or hosts:  # last: what verify reads never holds up the frames
+            store.record_wire_facts(streams, appends, hosts)
         return len(rows)
 
-    def _row(self, store, item: Captured, learned: dict[str, str]) -> dict | None:
+    def _row(self, store, item: Captured, learned: dict[str, str], appends: list[dict]) -> dict | None:
         request_id, kind, data, message = item.request_id, item.kind, item.data, None
         if item.append_content_type is not None:
-            try:
-                append = decode_bidi_append(data, item.append_content_type)
-            except (connect.ConnectError, ValueError) as e:
-                log.info("BidiAppend passed upstream is not decodable, not recorded: %s", e)
+            append = self._append(item, appends)
+            if append is None or not item.as_frame:
                 return None
             request_id, message, data = append.request_id, append.message, append.raw
             kind = message.WhichOneof("message") or "empty"
@@ -175,6 +183,27 @@ class FrameWriter:
             "request_id": request_id, "seq": self._next_seq(store, request_id, item.direction),
             "direction": item.direction, "ts_ms": item.ts_ms, "kind": kind, "flags": item.flags, "data": data,
         }
+
+    @staticmethod
+    def _append(item: Captured, appends: list[dict]):
+        """Decode a BidiAppend body and note its arrival (seqno, form; `problem` when unusable)."""
+        fact = {"request_id": "", "seqno": None, "form": "invalid", "content_type": item.append_content_type,
+                "content_encoding": item.append_encoding, "kind": None, "problem": None,
+                "arrived_us": item.arrived_us if item.arrived_us is not None else item.ts_ms * 1000}
+        appends.append(fact)
+        try:
+            append = decode_bidi_append(_inflated(item.data, item.append_encoding), item.append_content_type)
+        except UnusableAppend as e:
+            fact.update(request_id=e.request_id, seqno=e.seqno, problem=e.message)
+            return None
+        except (connect.ConnectError, ValueError, zlib.error) as e:
+            fact["problem"] = e.message if isinstance(e, connect.ConnectError) else str(e)
+            if item.as_frame:
+                log.info("BidiAppend passed upstream is not decodable, not recorded: %s", fact["problem"])
+            return None
+        fact.update(request_id=append.request_id, seqno=append.seqno, form=append.form,
+                    kind=append.message.WhichOneof("message") or "empty")
+        return append
 
     def count_drift(self, store, direction: str, message, request_id: str, ts_ms: int) -> None:
         """Tally the unknown fields of one decoded frame (any transport's recorder path calls this on
@@ -270,6 +299,8 @@ class StreamTee:
         self._inflate = _http_decoder(self.message) if request_id else None
         self._last_publish = 0.0
         self._timer: asyncio.TimerHandle | None = None
+        self.first: FirstMessages | None = None
+        """A Run's request: the kinds of its first messages, for `verify` (wire_facts.py)."""
 
     @property
     def message(self) -> http.Message | None:
@@ -285,6 +316,8 @@ class StreamTee:
             self.body += chunk
             if self._decoder is not None:
                 self._record(chunk)
+            if self.first is not None and not self.first.done:
+                self.first.feed(chunk)
             self._schedule_publish()
         return chunk
 
@@ -338,14 +371,21 @@ class StreamTee:
                      self._decoder.buffered)
 
 
-def client_kind(payload: bytes, flags: int) -> str:
-    """The kind of an up frame, named like the local run's (`kv_client_message`, `run_request`)."""
-    if flags & connect.FLAG_END_STREAM:
-        return "end_stream"
+def _inflated(body: bytes, encoding: str | None) -> bytes:
+    """A unary body as sent with `content-encoding` (identity, gzip or deflate), inflated."""
+    encoding = (encoding or "").strip().lower()
+    if encoding in ("", "identity"):
+        return body
+    if encoding in ("gzip", "x-gzip", "deflate"):
+        return zlib.decompress(body, 32 + zlib.MAX_WBITS) if encoding != "deflate" else _inflate_deflate(body)
+    raise ValueError(f"content-encoding {encoding!r}")
+
+
+def _inflate_deflate(body: bytes) -> bytes:
     try:
-        return apb.AgentClientMessage.FromString(payload).WhichOneof("message") or "empty"
-    except DecodeError:
-        return "undecodable"
+        return zlib.decompress(body)  # zlib-wrapped, as HTTP's deflate means
+    except zlib.error:
+        return zlib.decompress(body, -zlib.MAX_WBITS)  # raw deflate, as some clients send it
 
 
 def _http_decoder(message: http.Message | None):
@@ -378,6 +418,7 @@ class Recorder:
         self._lock = asyncio.Lock()
         self._task: asyncio.Task | None = None
         self._tees: dict[tuple[str, str], StreamTee] = {}
+        self.facts = WireFacts()
 
     def configure(self, updated: set[str]) -> None:
         if "byok_record" in updated:
@@ -435,6 +476,8 @@ class Recorder:
         except ValueError as e:
             log.warning("Run request with %s: frames not recorded", e)
             tee = StreamTee(self, flow, None, side="request")
+        if self.enabled and "content-encoding" not in flow.request.headers:
+            tee.first = self.facts.run_tee(flow)
         self._tees[(flow.id, "request")] = tee
         return tee
 
@@ -451,10 +494,21 @@ class Recorder:
 
     # ---- hooks -------------------------------------------------------------------------------------
 
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        if self.enabled:
+            self.facts.saw_flow(flow)
+            self.facts.run_headers(flow)
+
     def request(self, flow: http.HTTPFlow) -> None:
         tee = self._tees.pop((flow.id, "request"), None)  # a streamed request ended
         if tee is not None:
             tee.finish()
+        if not self.enabled:
+            return
+        if flow.request.method == "POST" and flow.request.path.split("?", 1)[0] == RUN_SSE_PATH:
+            self.facts.run_sse_request(flow, self._run_sse_request_id(flow))
+        else:
+            self.facts.request_ended(flow)
 
     def response(self, flow: http.HTTPFlow) -> None:
         self._flow_ended(flow)
@@ -463,23 +517,28 @@ class Recorder:
         self._flow_ended(flow)
 
     def _flow_ended(self, flow: http.HTTPFlow) -> None:
+        if self.enabled:
+            self.facts.flow_ended(flow)
         for side in ("response", "request"):  # an HTTP/2 Run's response may end before its request
             if side == "request" and not flow.error:
                 continue
             tee = self._tees.pop((flow.id, side), None)
             if tee is not None:
                 tee.finish()
-        if (flow.metadata.get("byok") in PASSED_ON and flow.request.method == "POST"
-                and flow.request.path.split("?", 1)[0] == BIDI_APPEND_PATH):
+        if flow.request.method == "POST" and flow.request.path.split("?", 1)[0] == BIDI_APPEND_PATH:
             self._capture_append(flow)
 
     def _capture_append(self, flow: http.HTTPFlow) -> None:
-        body = flow.request.get_content(strict=False)  # content-encoding removed when possible
+        """Every append's arrival is noted (verify); a passed-on one is also a frame (a local run
+        records the frames of the appends it was given)."""
+        body = flow.request.raw_content
         if body is None:
             return
         ts = flow.request.timestamp_end or flow.request.timestamp_start or time.time()
         self.capture(Captured(None, "up", int(ts * 1000), None, 0, body,
-                              append_content_type=flow.request.headers.get("content-type", "application/proto")))
+                              append_content_type=flow.request.headers.get("content-type", "application/proto"),
+                              append_encoding=flow.request.headers.get("content-encoding"),
+                              as_frame=flow.metadata.get("byok") in PASSED_ON, arrived_us=int(ts * 1_000_000)))
 
     async def done(self) -> None:
         if self._task is not None:
@@ -487,14 +546,15 @@ class Recorder:
             self._task = None
         for tee in self._tees.values():
             tee.keep()  # `-w` writes live flows at shutdown; streams still ending finish later
-        await self.flush()
+        await self.flush(everything=True)
         if self.store is not None:
             await self.store.call(self.writer.settle_parked, everything=True)
 
     # ---- store -------------------------------------------------------------------------------------
 
-    async def flush(self) -> None:
-        """Hand everything captured so far to the store thread (one transaction per batch)."""
+    async def flush(self, *, everything: bool = False) -> None:
+        """Hand everything captured so far to the store thread (one transaction per batch); at
+        shutdown (`everything`) also the streams still open."""
         async with self._lock:
             if self._clients and self.store is not None:
                 clients, self._clients = self._clients, []
@@ -503,13 +563,15 @@ class Recorder:
                     await asyncio.shield(self.store.call(self.writer.settle_parked))
                 except Exception:
                     log.exception("could not record %d RunSSE clients", len(clients))
-            if self._pending and self.store is not None:
-                batch, self._pending, self._pending_bytes = self._pending, [], 0
-                try:
-                    # shielded: cancelling the flusher at shutdown must not drop a batch already taken
-                    await asyncio.shield(self.store.call(self.writer.write, batch))
-                except Exception:
-                    log.exception("could not record %d frames", len(batch))
+            if self.store is not None:
+                streams, hosts = self.facts.take(everything=everything)
+                if self._pending or streams or hosts:
+                    batch, self._pending, self._pending_bytes = self._pending, [], 0
+                    try:
+                        # shielded: cancelling the flusher at shutdown must not drop a batch already taken
+                        await asyncio.shield(self.store.call(self.writer.write, batch, streams, hosts))
+                    except Exception:
+                        log.exception("could not record %d frames", len(batch))
             if self.dropped:
                 log.warning("%d frames not recorded: more than %d bytes were waiting for the database",
                             self.dropped, self.max_pending_bytes)

@@ -66,14 +66,13 @@ class StatusEndpoint:
     def request(self, flow: http.HTTPFlow) -> None:
         if flow.request.pretty_host != STATUS_HOST or flow.response is not None:
             return
+        if flow.request.path.split("?", 1)[0] != "/status":
+            return  # every other page of this host is the dashboard's (dashboard_endpoint.py)
         flow.metadata["byok"] = "status"
         if not is_loopback(flow.client_conn.peername):
             flow.response = http.Response.make(
                 403, b"cursor-byok status is answered only to clients on this machine\n",
                 {"content-type": "text/plain"})
-            return
-        if flow.request.path.split("?", 1)[0] != "/status":
-            flow.response = http.Response.make(404, b"only /status is here\n", {"content-type": "text/plain"})
             return
         from mitmproxy import ctx
 

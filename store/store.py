@@ -780,6 +780,32 @@ class Store:
                     [[row.get(c, 0 if c == "flags" else None) for c in self.FRAME_COLUMNS] for row in rows],
                 )
 
+    STREAM_COLUMNS = ("request_id", "rpc", "host", "http_version", "header_names", "headers", "first_kinds", "route",
+                      "started_ms", "request_end_ms", "response_end_ms", "error")
+    APPEND_COLUMNS = ("request_id", "seqno", "form", "content_type", "content_encoding", "kind", "problem",
+                      "arrived_us")
+
+    def record_wire_facts(self, streams: Sequence[dict] = (), appends: Sequence[dict] = (),
+                          hosts: Sequence[dict] = ()) -> None:
+        """What `cursor-byok verify` reads besides frames (migration m010): finished agent streams,
+        BidiAppend arrivals, and per-host counts of what the router made of each flow (summed)."""
+        least, greatest = ("least", "greatest") if self.db.dialect == "postgresql" else ("min", "max")
+        with self.db.atomic():
+            for table, columns, rows in (("rpc_streams", self.STREAM_COLUMNS, streams),
+                                         ("bidi_appends", self.APPEND_COLUMNS, appends)):
+                if rows:
+                    self.db.executemany(
+                        f"INSERT INTO {table}({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                        [[row.get(c) for c in columns] for row in rows])
+            for h in hosts:
+                self.db.execute(
+                    "INSERT INTO wire_hosts AS w(host, rpc, matched, count, first_seen_ms, last_seen_ms)"
+                    " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(host, rpc) DO UPDATE SET"
+                    " count = w.count + excluded.count, matched = excluded.matched,"
+                    f" first_seen_ms = {least}(w.first_seen_ms, excluded.first_seen_ms),"
+                    f" last_seen_ms = {greatest}(w.last_seen_ms, excluded.last_seen_ms)",
+                    [h["host"], h["rpc"], int(h["matched"]), h["count"], h["first_seen_ms"], h["last_seen_ms"]])
+
     def next_frame_seq(self, request_id: str, direction: str) -> int:
         """The next frame number of (request, direction): 0 for a request never recorded."""
         row = self.db.execute(
@@ -795,25 +821,32 @@ class Store:
         )
 
     def usage_since(self, user_id: str | None, since_ms: int) -> dict[tuple[str | None, str | None], dict[str, int]]:
-        """Tokens of `user_id`'s provider calls in runs started at or after `since_ms`, per (model
-        public id, provider kind): {input, output, cache_read, cache_write}, as the providers reported
-        them (Anthropic reports cache reads and writes apart from input; OpenAI includes them)."""
-        rows = self.db.execute(
-            "SELECT c.model_public_id, c.provider_kind, sum(coalesce(c.input_tokens, 0)),"
-            " sum(coalesce(c.output_tokens, 0)), sum(coalesce(c.cache_read_tokens, 0)),"
-            " sum(coalesce(c.cache_write_tokens, 0))"
-            " FROM llm_calls c JOIN runs r ON r.request_id = c.request_id"
-            " WHERE r.user_id = ? AND r.started_at_ms >= ? GROUP BY c.model_public_id, c.provider_kind",
-            [user_id, since_ms],
-        ).fetchall()
-        return {(r[0], r[1]): {"input": int(r[2]), "output": int(r[3]), "cache_read": int(r[4]),
-                               "cache_write": int(r[5])} for r in rows}
+        """Tokens of `user_id`'s provider calls in runs started at or after `since_ms` (`usage_since`)."""
+        return usage_since(self.db, user_id, since_ms)
 
     def count(self, table: str) -> int:
         """Rows in one of the store's tables (for tests, doctor and benchmarks)."""
         if not table.replace("_", "").isalnum():
             raise ValueError(f"not a table name: {table!r}")
         return int(self.db.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+
+
+def usage_since(db, user_id: str | None, since_ms: int) -> dict[tuple[str | None, str | None], dict[str, int]]:
+    """Tokens of `user_id`'s provider calls in runs started at or after `since_ms`, per (model
+    public id, provider kind): {input, output, cache_read, cache_write}, as the providers reported
+    them (Anthropic reports cache reads and writes apart from input; OpenAI includes them). `db` is
+    the store's database or a read connection of the CLI and dashboard (anything with `execute`):
+    the budget check and the dashboard's budget page read the same numbers."""
+    rows = db.execute(
+        "SELECT c.model_public_id, c.provider_kind, sum(coalesce(c.input_tokens, 0)),"
+        " sum(coalesce(c.output_tokens, 0)), sum(coalesce(c.cache_read_tokens, 0)),"
+        " sum(coalesce(c.cache_write_tokens, 0))"
+        " FROM llm_calls c JOIN runs r ON r.request_id = c.request_id"
+        " WHERE r.user_id = ? AND r.started_at_ms >= ? GROUP BY c.model_public_id, c.provider_kind",
+        [user_id, since_ms],
+    ).fetchall()
+    return {(r[0], r[1]): {"input": int(r[2]), "output": int(r[3]), "cache_read": int(r[4]),
+                           "cache_write": int(r[5])} for r in rows}
 
 
 def _columns(row: dict) -> list[str]:

@@ -1,5 +1,7 @@
 """The team file: which proxyauth user may use which models, with whose API key, within which budget.
 
+    admins = ["alice"]                 # who sees every user's usage, budgets and traces on the dashboard
+
     [defaults]                         # every authenticated user
     models = ["*"]                     # fnmatch patterns on model id, public id or "provider/model id"
     monthly_tokens = 2000000           # input + output tokens per calendar month (UTC); absent = no limit
@@ -84,6 +86,8 @@ class TeamConfig:
     defaults: dict = field(default_factory=dict)
     groups: tuple[tuple[str, frozenset[str], dict], ...] = ()
     users: dict[str, dict] = field(default_factory=dict)
+    admins: frozenset[str] = frozenset()
+    """proxyauth users who see every user's usage, budgets and traces on the dashboard."""
 
     def policy(self, user: str) -> UserPolicy:
         layers = [("[defaults]", self.defaults)]
@@ -132,9 +136,12 @@ def parse_team(text: str, path: Path | str = "<team>") -> TeamConfig:
     def fail(where: str, message: str) -> ConfigFileError:
         return ConfigFileError(path, message, where=where)
 
-    unknown = sorted(set(data) - {"defaults", "groups", "users"})
+    unknown = sorted(set(data) - {"defaults", "groups", "users", "admins"})
     if unknown:
-        raise fail(unknown[0], "unknown table (expected [defaults], [groups.NAME], [users.NAME])")
+        raise fail(unknown[0], "unknown table (expected admins = [...], [defaults], [groups.NAME], [users.NAME])")
+    admins = data.get("admins", [])
+    if not isinstance(admins, list) or not all(isinstance(a, str) and a for a in admins):
+        raise fail("admins", "admins must be a list of user names (admins = [\"alice\"])")
 
     def settings(where: str, table: Any, allowed: frozenset[str]) -> dict:
         if not isinstance(table, dict):
@@ -191,7 +198,7 @@ def parse_team(text: str, path: Path | str = "<team>") -> TeamConfig:
         groups.append((name, group.pop("members"), group))
     users = {name: settings(f"[users.{name}]", table, POLICY_KEYS)
              for name, table in (data.get("users") or {}).items()}
-    return TeamConfig(path=path, defaults=defaults, groups=tuple(groups), users=users)
+    return TeamConfig(path=path, defaults=defaults, groups=tuple(groups), users=users, admins=frozenset(admins))
 
 
 class TeamFile:

@@ -1,4 +1,4 @@
-"""The `cursor-byok` command: smoke, trace, usage, captures, doctor, gc, drift.
+"""The `cursor-byok` command: setup, smoke, trace, usage, captures, doctor, gc, drift, verify.
 
 Each subcommand lives in its own module with `add_parser(subparsers)` and a `run(args) -> exit code`
 set as the parser's `func`; the modules keep heavy imports inside `run`, so `--help` stays fast.
@@ -10,6 +10,7 @@ import argparse
 import importlib
 
 COMMANDS = {
+    "setup": "byok.cli.setup",
     "smoke": "byok.cli.smoke",
     "trace": "byok.cli.trace",
     "usage": "byok.cli.usage",
@@ -17,6 +18,7 @@ COMMANDS = {
     "doctor": "byok.cli.doctor",
     "gc": "byok.cli.gc",
     "drift": "byok.cli.drift",
+    "verify": "byok.cli.verify",
 }
 
 

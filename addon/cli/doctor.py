@@ -10,7 +10,6 @@ nothing is installed or changed, and every path can be pointed elsewhere (tests 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import socket
@@ -331,27 +330,10 @@ def cursor_settings_path(os_name: str) -> Path:
 
 
 def parse_jsonc(text: str) -> dict:
-    """settings.json is JSON with comments and trailing commas (VS Code's JSONC)."""
-    out, i, n = [], 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == '"':
-            j = i + 1
-            while j < n and text[j] != '"':
-                j += 2 if text[j] == "\\" else 1
-            out.append(text[i:j + 1])
-            i = j + 1
-        elif text.startswith("//", i):
-            end = text.find("\n", i)
-            i = n if end < 0 else end
-        elif text.startswith("/*", i):
-            end = text.find("*/", i + 2)
-            i = n if end < 0 else end + 2
-        else:
-            out.append(c)
-            i += 1
-    cleaned = re.sub(r",(\s*[}\]])", r"\1", "".join(out))
-    return json.loads(cleaned) if cleaned.strip() else {}
+    """settings.json is JSON with comments and trailing commas (VS Code's JSONC), maybe after a BOM."""
+    from .jsonc import parse
+
+    return parse(text)
 
 
 def _same_proxy(a: str, b: str) -> bool:
@@ -404,21 +386,29 @@ def check_cursor_settings(path: Path, proxy: str) -> list[Check]:
 # ---- the report ------------------------------------------------------------------------------------
 
 
-def run(args: argparse.Namespace) -> int:
-    os_name = args.os or platform_name()
-    confdir = args.confdir or default_confdir()
-    proxy = args.proxy or default_proxy()
-    settings_path = args.cursor_settings or cursor_settings_path(os_name)
+def all_checks(*, os_name: str, confdir: Path, config: Path, db: Path | str, proxy: str, settings_path: Path,
+               recent_min: float, timeout: float, served: dict | None, bundle: Path | None = None) -> list[Check]:
+    """Every check, in the order doctor prints them (the dashboard shows the same list). `served`: the
+    running proxy's /status, or None when it did not answer."""
     ca, pem = check_ca(confdir)
-    db_check, facts = check_db(args.db or default_db())
-    served = proxy_status(proxy, args.timeout)
-    checks = [
-        ca, check_trust(pem, os_name, args.system_ca_bundle, confdir),
-        check_providers(args.config or default_config(), served),
+    db_check, facts = check_db(db)
+    return [
+        ca, check_trust(pem, os_name, bundle, confdir),
+        check_providers(config, served),
         db_check, *filter(None, [check_server(facts)]),
-        check_proxy(proxy, pem, args.timeout), check_listener(proxy), check_traffic(facts, args.recent),
+        check_proxy(proxy, pem, timeout), check_listener(proxy), check_traffic(facts, recent_min),
         *check_cursor_settings(settings_path, proxy),
     ]
+
+
+def run(args: argparse.Namespace) -> int:
+    os_name = args.os or platform_name()
+    proxy = args.proxy or default_proxy()
+    checks = all_checks(
+        os_name=os_name, confdir=args.confdir or default_confdir(), config=args.config or default_config(),
+        db=args.db or default_db(), proxy=proxy, settings_path=args.cursor_settings or cursor_settings_path(os_name),
+        recent_min=args.recent, timeout=args.timeout, served=proxy_status(proxy, args.timeout),
+        bundle=args.system_ca_bundle)
     out = console()
     line(out, ("cursor-byok doctor", "bold"), f" ({os_name})")
     for c in checks:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import argparse
 
+from byok.dashboard.queries import drift_report
+
 from .common import console, db_arg, default_db, fail, iso_ms, open_db
 from .output import Column, emit_json, line, table
-
-WIRE_TYPES = {0: "varint", 1: "i64", 2: "len", 3: "sgroup", 4: "egroup", 5: "i32"}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -28,46 +28,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def report(conn) -> dict:
-    """The drift rows, newest first. A row written before its request's client version was known
-    (RunSSE headers can arrive after the first append) takes the version of its example request."""
-    rows = conn.execute(
-        "SELECT d.*, c.client_version AS example_version FROM protocol_drift d"
-        " LEFT JOIN rpc_clients c ON c.request_id = d.example_request_id").fetchall()
-    merged: dict[tuple, dict] = {}
-    for r in rows:
-        version = r["client_version"] or r["example_version"] or None
-        key = (r["direction"], r["path"], r["field_number"], r["wire_type"], r["kind"], version)
-        row = merged.get(key)
-        if row is None:
-            merged[key] = {
-                "direction": r["direction"], "path": r["path"], "field_number": r["field_number"],
-                "wire_type": r["wire_type"], "wire_type_name": WIRE_TYPES.get(r["wire_type"], str(r["wire_type"])),
-                "kind": r["kind"], "client_version": version, "count": r["count"],
-                "first_seen_ms": r["first_seen_ms"], "last_seen_ms": r["last_seen_ms"],
-                "example_request_id": r["example_request_id"]}
-            continue
-        row["count"] += r["count"]
-        row["first_seen_ms"] = min(row["first_seen_ms"], r["first_seen_ms"])
-        if r["last_seen_ms"] >= row["last_seen_ms"]:
-            row["last_seen_ms"], row["example_request_id"] = r["last_seen_ms"], r["example_request_id"]
-    frames = conn.execute("SELECT count(*), min(ts_ms), max(ts_ms) FROM frames").fetchone()
-    versions = [r[0] for r in conn.execute(
-        "SELECT DISTINCT client_version FROM rpc_clients WHERE client_version IS NOT NULL ORDER BY 1")]
-    return {
-        "frames_recorded": frames[0], "first_frame_ms": frames[1], "last_frame_ms": frames[2],
-        "client_versions_seen": versions,
-        "unknown": sorted(merged.values(), key=lambda u: (-u["last_seen_ms"], u["direction"], u["path"],
-                                                          u["field_number"])),
-    }
-
-
 def run(args: argparse.Namespace) -> int:
     try:
         conn = open_db(args.db or default_db())
     except FileNotFoundError as e:
         return fail(str(e))
-    data = report(conn)
+    data = drift_report(conn)
     if args.json:
         emit_json(data)
         return 0

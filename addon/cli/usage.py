@@ -9,16 +9,15 @@ dialect); a model without prices shows tokens only, and the output says prices a
 from __future__ import annotations
 
 import argparse
-import sqlite3
-from dataclasses import asdict, dataclass
 from datetime import date
 from decimal import Decimal
 from pathlib import Path
 
+from byok.dashboard.queries import COUNT_FIELDS, Row, usage_report
+
 from .common import console, db_arg, default_config, default_db, fail, open_db
 from .output import Column, emit_json, line, table
 
-TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
 PLOT_SIZE_IN, PLOT_DPI = (10, 7), 100
 
 
@@ -50,127 +49,33 @@ def _day(text: str) -> date:
         raise argparse.ArgumentTypeError(f"not a YYYY-MM-DD day: {text!r}") from None
 
 
-@dataclass
-class Row:
-    day: str
-    model: str
-    calls: int
-    errors: int
-    input_tokens: int
-    output_tokens: int
-    cache_read_tokens: int
-    cache_write_tokens: int
-    reasoning_tokens: int
-    model_public_id: str | None = None
-    provider_kind: str | None = None
-    cost: Decimal | None = None
-    """USD, or None when the model has no prices."""
-
-
-def usage_rows(conn: sqlite3.Connection, since: date | None = None, until: date | None = None,
-               prices: dict | None = None, *, by: str = "model") -> list[Row]:
-    """Per (day, model) sums; `prices` = public id -> Prices fills `cost`. With `by="user"` per
-    (day, proxyauth user of the run), '-' for runs without one (the single user): `Row.model` then
-    holds the user name, and the cost is None when any of the user's models has no prices. With
-    `by="purpose"` per (day, why the call was made): `agent` for a turn's own calls, `summary`,
-    `tab` and the other one-shot features."""
-    from byok.providers.pricing import cost
-
-    sums = ", ".join(f"coalesce(sum(c.{f}), 0)" for f in TOKEN_FIELDS)
-    key = {"user": "coalesce(r.user_id, '-')", "purpose": "coalesce(c.purpose, 'agent')"}.get(
-        by, "coalesce(c.provider, '?') || '/' || coalesce(c.model, '?')")
-    sql = (f"SELECT substr(c.started_at, 1, 10) AS day, {key}, count(*),"
-           f" sum(CASE WHEN c.status = 'error' THEN 1 ELSE 0 END), {sums}, c.model_public_id, c.provider_kind"
-           " FROM llm_calls c LEFT JOIN runs r ON r.request_id = c.request_id WHERE 1=1")
-    params: list = []
-    if since:
-        sql += " AND substr(c.started_at, 1, 10) >= ?"
-        params.append(since.isoformat())
-    if until:
-        sql += " AND substr(c.started_at, 1, 10) <= ?"
-        params.append(until.isoformat())
-    sql += " GROUP BY 1, 2, c.model_public_id, c.provider_kind ORDER BY 1, 2"
-    rows = [Row(*row) for row in conn.execute(sql, params).fetchall()]
-    for r in rows:
-        model_prices = (prices or {}).get(r.model_public_id)
-        if model_prices is not None:
-            r.cost = cost(model_prices, r.provider_kind, input_tokens=r.input_tokens, output_tokens=r.output_tokens,
-                          cache_read_tokens=r.cache_read_tokens, cache_write_tokens=r.cache_write_tokens)
-    return rows if by == "model" else _per_key(rows)
-
-
-def _per_key(rows: list[Row]) -> list[Row]:
-    """Rows of one (day, key) over several models summed into one (cost None if any part is unpriced)."""
-    merged: dict[tuple[str, str], Row] = {}
-    for r in rows:
-        into = merged.get((r.day, r.model))
-        if into is None:
-            merged[(r.day, r.model)] = Row(r.day, r.model, *(getattr(r, f) for f in COUNT_FIELDS), cost=r.cost)
-            continue
-        for f in COUNT_FIELDS:
-            setattr(into, f, getattr(into, f) + getattr(r, f))
-        into.cost = None if into.cost is None or r.cost is None else into.cost + r.cost
-    return list(merged.values())
-
-
-def load_prices(path: Path) -> tuple[dict, dict, str | None]:
-    """(public id -> Prices, public id -> prices as JSON, why prices are unavailable or None)."""
-    from byok.providers.config import ConfigFileError, load_providers
-
-    if not path.exists():
-        return {}, {}, f"no providers file at {path}"
-    try:
-        models = load_providers(path).models
-    except ConfigFileError as e:
-        return {}, {}, str(e)
-    priced = {m.public_id: m.prices for m in models if m.prices is not None}
-    return priced, {k: v.as_dict() for k, v in priced.items()}, None
-
-
 def run(args: argparse.Namespace) -> int:
     try:
         conn = open_db(args.db or default_db())
     except FileNotFoundError as e:
         return fail(str(e))
-    prices, prices_json, prices_error = load_prices(args.config or default_config())
-    rows = usage_rows(conn, args.since, args.until, prices, by=args.by)
-    totals: dict = {f: sum(getattr(r, f) for r in rows) for f in COUNT_FIELDS}
-    total_cost = sum((r.cost for r in rows if r.cost is not None), Decimal(0))
-    per_model = rows if args.by == "model" else usage_rows(conn, args.since, args.until, prices)
-    unpriced = sorted({r.model for r in per_model if r.cost is None})
+    report = usage_report(conn, args.config or default_config(), args.since, args.until, by=args.by)
+    rows = report.rows
     if args.json:
-        out_rows = []
-        for r in rows:
-            item = asdict(r)
-            item["cost_usd"] = None if r.cost is None else float(r.cost)
-            item["prices"] = prices_json.get(r.model_public_id)
-            del item["cost"]
-            if args.by != "model":
-                item = {"day": item.pop("day"), args.by: item.pop("model"),
-                        **{k: v for k, v in item.items() if k not in ("model_public_id", "provider_kind", "prices")}}
-            out_rows.append(item)
-        emit_json({"days": "UTC", "by": args.by, "rows": out_rows,
-                   "totals": {**totals, "cost_usd": float(total_cost), "cost_complete": not unpriced},
-                   "unpriced_models": unpriced, "prices_error": prices_error})
+        emit_json(report.as_json())
     elif not rows:
         line(console(), "no provider calls" + (f" since {args.since}" if args.since else "") + " in the store")
         return 0
     else:
         out = console()
-        print_table(out, rows, totals, total_cost, unpriced, by=args.by)
-        if unpriced:
-            line(out, ("prices not configured for " + ", ".join(unpriced) + ": tokens only", "yellow"),
+        print_table(out, rows, report.totals, report.total_cost, report.unpriced, by=args.by)
+        if report.unpriced:
+            line(out, ("prices not configured for " + ", ".join(report.unpriced) + ": tokens only", "yellow"),
                  " (add prices = { input = ..., output = ..., cache_read = ..., cache_write = ... } in USD per "
                  "million tokens to the model in the providers file)")
-        if prices_error:
-            line(out, ("prices unavailable: ", "yellow"), prices_error)
+        if report.prices_error:
+            line(out, ("prices unavailable: ", "yellow"), report.prices_error)
         line(out, ("costs use the prices in the providers file as it is now (USD)", "dim"))
     if args.plot and rows:
         return write_plot(rows, args.plot)
     return 0
 
 
-COUNT_FIELDS = ("calls", "errors", *TOKEN_FIELDS)
 HEADERS = ("calls", "failed", "input", "output", "cache read", "cache write", "reasoning")
 
 

@@ -110,6 +110,8 @@ class StreamServer:
         self.port = 0
         self._conns: set[asyncio.Task] = set()
         self._calls: dict[str, tuple[float, CallServe]] = {}
+        self.stopping = asyncio.Event()
+        """Set when the server stops: long-lived answers (the dashboard's live stream) end at once."""
 
     def expect_call(self, token: str, serve: CallServe) -> None:
         """The next request carrying `x-byok-call: token` is answered by `serve`."""
@@ -124,6 +126,7 @@ class StreamServer:
 
     async def stop(self, timeout: float = 5.0) -> None:
         """Stop accepting; give open streams `timeout` to write their end-stream, then cut them."""
+        self.stopping.set()
         if self._server is not None:
             self._server.close()
         if self._conns:

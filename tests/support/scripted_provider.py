@@ -79,7 +79,16 @@ class Ev:
         return (head + "".join(f"data: {line}\n" for line in data.split("\n")) + "\n").encode()
 
 
-SseItem = Union[Ev, dict, str, bytes]
+@dataclass(frozen=True)
+class Gate:
+    """Hold the stream here until the test sets `event` (or the client leaves): a run that is
+    visibly mid-stream for as long as the test needs it to be."""
+
+    event: threading.Event = field(default_factory=threading.Event, compare=False)
+    timeout_s: float = 60.0
+
+
+SseItem = Union[Ev, Gate, dict, str, bytes]
 
 
 @dataclass(frozen=True)
@@ -356,6 +365,13 @@ class ScriptedProvider:
                 if script.abort_after is not None and sent >= script.abort_after:
                     writer.transport.abort()  # no terminating chunk: the client sees a broken body
                     return
+                if isinstance(item, Gate):
+                    opened = asyncio.get_running_loop().run_in_executor(None, item.event.wait, item.timeout_s)
+                    await asyncio.wait({opened, gone}, return_when=asyncio.FIRST_COMPLETED)
+                    if gone.done():
+                        _mark_closed(rec)
+                        return
+                    continue
                 ev = _ev(item)
                 if (ev.delay_s and await _closed_within(gone, ev.delay_s)) or gone.done():
                     _mark_closed(rec)

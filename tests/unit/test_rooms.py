@@ -15,6 +15,7 @@ FORBIDDEN = {
     "providers": ("mitmproxy", "byok.agent"),
     "wire": ("mitmproxy", "byok.agent", "byok.providers"),
     "assist": ("mitmproxy", "byok.agent"),
+    "dashboard": ("mitmproxy",),
 }
 
 

@@ -138,7 +138,7 @@ def test_trace_and_usage_json(built, capsys):
 
 
 def test_trace_reads_tool_arguments_from_the_staged_message_shape(tmp_path):
-    from byok.cli.trace import tool_arguments
+    from byok.dashboard.queries import tool_arguments
 
     staged = json.dumps({"role": "assistant", "content": [
         {"type": "text", "text": "x"},

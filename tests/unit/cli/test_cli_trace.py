@@ -6,7 +6,7 @@ import pytest
 
 from byok.cli import main
 from byok.cli.common import open_db
-from byok.cli.trace import find
+from byok.dashboard.queries import find
 
 
 @pytest.mark.parametrize("attr, kind, runs", [

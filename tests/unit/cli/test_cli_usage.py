@@ -6,7 +6,7 @@ from datetime import date
 
 from byok.cli import main
 from byok.cli.common import open_db
-from byok.cli.usage import usage_rows
+from byok.dashboard.queries import usage_rows
 from tests.support.cli_store import DAY1, DAY2
 
 
