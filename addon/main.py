@@ -56,7 +56,7 @@ def make_addons() -> list:
         RunH2Headers(backend, recorder),
         RunSseTransport(backend),
         OneShotCalls(backend),
-        TabObserver(),
+        TabObserver(backend),
         DashboardEndpoint(backend),  # after the transports: reads the backend's runtime and stream server
         StoreWiring(backend, recorder),
     ]

@@ -8,7 +8,8 @@ one log line says which reading the answer fits:
     Tab observed: cursor 12:8, contents_start_at_line 40, 30 lines, line ending '\\n'; Cursor replaced
     53-53: cursor_position.line counts lines of the contents
 
-Nothing is changed or answered; the line is for `cursor-byok verify` and for docs/tab.md.
+Nothing is changed or answered. The numbers (never contents) also go to the store's `tab_positions`
+(with `byok_record`), which `cursor-byok verify` checks (assumption `tab.positions`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import logging
 from google.protobuf.message import DecodeError
 from mitmproxy import ctx, http
 
-from byok.assist.tab import STREAM_CPP
+from byok.assist.tab import STREAM_CPP, position_row
 from byok.assist.tab_edit import cursor_file_lines
 from byok.proto import cpp_pb2 as cpb
 from byok.wire import connect
@@ -49,6 +50,10 @@ def verdict(request: cpb.StreamCppRequest, frames: list[cpb.StreamCppResponse]) 
 
 
 class TabObserver:
+    def __init__(self, backend=None) -> None:
+        self.backend = backend
+        """Its store gets a `tab_positions` row per observed StreamCpp (None: the log line only)."""
+
     def _ours(self, flow: http.HTTPFlow) -> bool:
         return (getattr(ctx.options, "byok_mode", "intercept") == "observe"
                 and flow.request.path.split("?", 1)[0] == STREAM_CPP
@@ -70,7 +75,7 @@ class TabObserver:
 
         flow.response.stream = tee
 
-    def response(self, flow: http.HTTPFlow) -> None:
+    async def response(self, flow: http.HTTPFlow) -> None:
         body = flow.metadata.pop(MARK, None)
         if body is None:
             return
@@ -83,3 +88,14 @@ class TabObserver:
             log.info("Tab observed: a StreamCpp that does not decode (%s)", e)
             return
         log.info("%s", verdict(request, answers))
+        store = getattr(self.backend, "store", None)
+        if store is not None and getattr(getattr(self.backend, "settings", None), "record", True):
+            row = position_row(flow.metadata.get("byok_request_id") or flow.request.headers.get("x-request-id", "-"),
+                               request.current_file, flow.request.headers, "observed")
+            ranges = [a.range_to_replace for a in answers if a.HasField("range_to_replace")]
+            if ranges:
+                row.update(range_start=ranges[0].start_line_number, range_end=ranges[0].end_line_number_inclusive)
+            try:
+                await store.record_tab_position(row)
+            except Exception as e:  # the observation is a by-product: it never fails the flow
+                log.warning("Tab observation not recorded: %s", e)

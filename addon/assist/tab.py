@@ -47,7 +47,7 @@ from ..wire.errors import ProviderError, RunError, error_details
 from . import fim
 from .call import CallContext, OneShot
 from .tab_chat import PROMPTS, EditStream, chat_window
-from .tab_edit import tab_file
+from .tab_edit import position_facts, tab_file
 from .tab_trim import CompletionFilter, Rules, Truncated
 
 log = logging.getLogger("byok.tab")
@@ -176,11 +176,33 @@ def deadline(ctx: CallContext) -> float:
     return min(client, DEADLINE_S)
 
 
+_RECORDING: set[asyncio.Future] = set()
+
+
+def record_position(store, row: dict) -> None:
+    """Queue a `tab_positions` row (cursor-byok verify) on the store thread; a failure is logged."""
+    future = asyncio.ensure_future(store.record_tab_position(row))
+    _RECORDING.add(future)
+
+    def done(f: asyncio.Future) -> None:
+        _RECORDING.discard(f)
+        if not f.cancelled() and f.exception() is not None:
+            log.warning("[%s] Tab position not recorded: %s", row.get("request_id"), f.exception())
+
+    future.add_done_callback(done)
+
+
+def position_row(request_id: str, current_file, headers, source: str) -> dict:
+    return {**position_facts(current_file), "request_id": request_id, "source": source,
+            "ts_ms": time.time_ns() // 1_000_000, "client_version": headers.get("x-cursor-client-version")}
+
+
 async def stream_cpp(request: cpb.StreamCppRequest, ctx: CallContext) -> AsyncIterator[cpb.StreamCppResponse]:
     current = request.current_file
     if current.rely_on_filesync and not current.contents:
         raise FileNotSynced(f"{current.relative_workspace_path or 'the file'}: no contents (rely_on_filesync); "
                             "send the whole file")
+    record_position(ctx.store, position_row(ctx.request_id, current, ctx.headers, "answered"))
     file = tab_file(current)
     route = ctx.route
     route.require_ready()

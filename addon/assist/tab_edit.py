@@ -98,6 +98,29 @@ def cursor_file_lines(current_file) -> dict[str, int]:
     return {"contents": start + line + 1, "file": line + 1}
 
 
+def position_facts(current_file, *, in_contents: bool = CURSOR_LINE_IN_CONTENTS) -> dict:
+    """Where a request puts its cursor, as numbers only (never contents): the `tab_positions` row that
+    `cursor-byok verify` checks the conventions with. `column_fits`: `ok`, `line_outside` (the cursor's
+    line is not in the contents), `past_end` or `inside_pair` (the column, in UTF-16 units)."""
+    contents, position = current_file.contents, current_file.cursor_position
+    lines = split_lines(contents, "\r\n" if "\r\n" in contents else "\n")
+    index = cursor_index(position.line, current_file.contents_start_at_line, in_contents=in_contents)
+    if not 0 <= index < len(lines):
+        fits = "line_outside"
+    else:
+        try:
+            utf16_to_index(lines[index], position.column)
+            fits = "ok"
+        except ProtocolError as e:
+            fits = next((name for text, name in (("inside the character", "inside_pair"), ("negative", "negative")
+                                                 ) if text in str(e)), "past_end")
+    return {"cursor_line": position.line, "cursor_column": position.column,
+            "contents_start_at_line": current_file.contents_start_at_line, "contents_lines": len(lines),
+            "total_lines": current_file.total_number_of_lines or None,
+            "line_ending": current_file.line_ending if current_file.HasField("line_ending") else None,
+            "column_fits": fits}
+
+
 def utf16_to_index(text: str, column: int) -> int:
     """The Python index of a UTF-16 column in `text`; a column inside a surrogate pair, past the end
     or negative is a ProtocolError."""

@@ -112,6 +112,19 @@ def rows(proxy: Proxy, request_id: str, *, status: str | None = None, timeout: f
         time.sleep(0.05)
 
 
+def positions(proxy: Proxy, request_id: str, timeout: float = 10.0) -> list[dict]:
+    """The tab_positions rows of a request (cursor-byok verify's evidence), once written."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with sqlite3.connect(proxy.db) as db:
+            db.row_factory = sqlite3.Row
+            found = [dict(r) for r in db.execute("SELECT * FROM tab_positions WHERE request_id = ?", [request_id])]
+        if found:
+            return found
+        assert time.monotonic() < deadline, f"no tab_positions row for {request_id}"
+        time.sleep(0.05)
+
+
 CRLF_FILE = "import os\r\n\r\ndef size(path):\r\n    return os.path.\r\n\r\nprint(size('.'))\r\n"
 
 
@@ -127,6 +140,9 @@ def test_stream_cpp_is_answered_from_the_fim_model(env, provider, tab, http2):
     row, = rows(env, f"tab-{http2}", status="ok")
     assert row["purpose"] == "tab" and row["model"] == "coder" and row["provider_kind"] == "openai_completions"
     assert row["input_tokens"] == 100 and row["ttft_ms"] is not None
+    position, = positions(env, f"tab-{http2}")
+    assert (position["source"], position["cursor_line"], position["cursor_column"], position["column_fits"]) == (
+        "answered", 3, 19, "ok")
 
 
 @pytest.mark.parametrize("fim", ["qwen", "starcoder", "codellama", "deepseek"])
@@ -341,7 +357,7 @@ def test_observe_mode_passes_stream_cpp_on_and_logs_the_line_convention(tmp_path
     try:
         before = len(provider.requests)
         req = request("a\nx = \nb", 0, 0, contents_start_at_line=0)  # the canned answer replaces line 1
-        answer = run(stream_cpp(proxy.url, proxy.ca_file, req))
+        answer = run(stream_cpp(proxy.url, proxy.ca_file, req, headers={"x-request-id": "observed-1"}))
         assert answer.raw == UPSTREAM_STREAM_CPP and len(provider.requests) == before  # Cursor answered, untouched
         assert upstream.requests(STREAM_CPP)[-1].body == connect.encode_envelope(req.SerializeToString())
         deadline = time.monotonic() + 10
@@ -349,5 +365,7 @@ def test_observe_mode_passes_stream_cpp_on_and_logs_the_line_convention(tmp_path
             assert time.monotonic() < deadline, proxy.log()
             time.sleep(0.05)
         assert "Cursor replaced 1-1: both readings fit" in proxy.log()
+        observed, = positions(proxy, "observed-1")
+        assert (observed["source"], observed["range_start"], observed["range_end"]) == ("observed", 1, 1)
     finally:
         proxy.stop()

@@ -6,7 +6,7 @@ import json
 
 from byok.cli import main
 from byok.cli.common import open_db
-from byok.cli.usage import usage_rows
+from byok.dashboard.queries import usage_rows
 from byok.store import Store
 from tests.support.cli_store import DAY2
 
@@ -45,3 +45,44 @@ def test_trace_finds_a_tab_call_by_its_request_id(built, capsys):
     story = json.loads(capsys.readouterr().out)
     call, = story["runs"][0]["provider_calls"]
     assert call["purpose"] == "tab" and call["ttft_ms"] == 55.5 and story["runs"][0]["run"] is None
+
+
+def tab_row(request_id: str, *, source: str = "answered", line: int = 3, start: int = 0, fits: str = "ok",
+            rng: tuple[int, int] | None = None) -> dict:
+    from tests.unit.cli.test_cli_verify import T0
+
+    return {"request_id": request_id, "source": source, "ts_ms": T0, "client_version": "3.16.17",
+            "cursor_line": line, "cursor_column": 4, "contents_start_at_line": start, "contents_lines": 30,
+            "total_lines": 300, "line_ending": None, "column_fits": fits,
+            "range_start": rng[0] if rng else None, "range_end": rng[1] if rng else None}
+
+
+def test_verify_confirms_the_tab_conventions(db_target, capsys):
+    from tests.unit.cli.test_cli_verify import record, verify_json
+
+    def scenario(t):
+        t.store.record_tab_position(tab_row("tab-answered"))
+        t.store.record_tab_position(tab_row("tab-observed", source="observed", line=3, start=40, rng=(44, 44)))
+        t.store.record_tab_position(tab_row("tab-observed-0", source="observed", line=5, start=0, rng=(6, 7)))
+
+    record(db_target, scenario)
+    code, found, out = verify_json(db_target, capsys)
+    tab = found["tab.positions"]
+    assert tab["verdict"] == "confirmed", tab
+    assert tab["counts"] == {"requests": 3, "observed_answers": 2, "telling_answers": 1}
+    assert "src" not in out  # numbers only
+
+
+def test_verify_contradicts_a_file_reading_and_a_bad_column(db_target, capsys):
+    from tests.unit.cli.test_cli_verify import record, verify_json
+
+    def scenario(t):
+        t.store.record_tab_position(tab_row("tab-file-reading", source="observed", line=3, start=40, rng=(4, 4)))
+        t.store.record_tab_position(tab_row("tab-past-end", fits="past_end"))
+
+    record(db_target, scenario)
+    code, found, _ = verify_json(db_target, capsys)
+    tab = found["tab.positions"]
+    assert code == 1 and tab["verdict"] == "contradicted"
+    assert tab["example_request_id"] == "tab-file-reading"
+    assert "counts lines of the whole file" in tab["seen_instead"]
