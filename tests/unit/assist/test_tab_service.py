@@ -21,10 +21,14 @@ pytestmark = pytest.mark.timeout(30)
 
 
 class Store:
-    """The two store calls a Tab call makes, kept in memory."""
+    """The store calls a Tab call makes, kept in memory."""
 
     def __init__(self) -> None:
         self.rows: dict[int, dict] = {}
+        self.positions: list[dict] = []
+
+    async def record_tab_position(self, row: dict) -> None:
+        self.positions.append(row)
 
     async def begin_llm_call(self, row: dict) -> int:
         self.rows[len(self.rows) + 1] = {**row, "status": "running"}
@@ -114,6 +118,9 @@ def test_fim_answer_frames_apply_and_row(provider):
     row = store.rows[1]
     assert row["purpose"] == "tab" and row["status"] == "ok" and row["request_id"] == "req-1"
     assert (row["input_tokens"], row["output_tokens"]) == (100, 20) and row["provider_kind"] == "openai_completions"
+    position, = store.positions
+    assert (position["source"], position["cursor_line"], position["cursor_column"], position["column_fits"],
+            position["line_ending"]) == ("answered", 1, 15, "ok", None)
 
 
 @pytest.mark.parametrize("fim,start,middle,end", [
@@ -177,9 +184,11 @@ def test_rely_on_filesync_without_contents_asks_for_the_file(provider):
     assert spb.ErrorDetails.FromString(detail.value).error == spb.ErrorDetails.ERROR_FILE_NOT_FOUND
 
 
-def test_a_bad_cursor_is_a_protocol_error(provider):
+def test_a_bad_cursor_is_a_protocol_error_and_is_recorded(provider):
+    store = Store()
     with pytest.raises(ProtocolError):
-        asyncio.run(serve(config_for(provider), request("ab\n", 0, 9)))
+        asyncio.run(serve(config_for(provider), request("ab\n", 0, 9), store))
+    assert store.positions[0]["column_fits"] == "past_end"  # cursor-byok verify reports it
 
 
 def test_the_deadline(provider):
