@@ -115,11 +115,23 @@ class DataChunkFold:
     """The shared start of the OpenAI-style folds (chat, legacy completions): `data:` JSON chunks and a
     final `data: [DONE]` (repeated by some gateways: ignored). Empty keep-alive events are skipped, an
     `error` object is the provider's failure, the first chunk opens the response (Start). A subclass
-    sets `_provider`, `_started = _done = False`, and implements `_chunk` and `_on_done`."""
+    sets `_provider`, `_started = _done = False`, `_finish` and `_usage` (None until seen), and
+    implements `_chunk` and `_on_done` (which starts with `_finished()`)."""
 
     _provider: str
     _started: bool
     _done: bool
+    _finish: str | None
+    _usage: object
+
+    def _finished(self) -> list:
+        """At [DONE] (or a clean EOF): the stream must have said why it finished; its usage, if any."""
+        from ..wire.errors import ProviderError
+
+        if self._finish is None:
+            raise ProviderError(f"{self._provider}: the stream ended ([DONE]) without a finish_reason.")
+        self._done = True
+        return [self._usage] if self._usage is not None else []
 
     def feed(self, event) -> list:
         from . import failures

@@ -269,10 +269,7 @@ class Fold(common.DataChunkFold):
         return out
 
     def _on_done(self) -> list[ModelEvent]:
-        if self._finish is None:
-            raise ProviderError(f"{self._provider}: the stream ended ([DONE]) without a finish_reason.")
-        self._done = True
-        out: list[ModelEvent] = [self._usage] if self._usage is not None else []
+        out: list[ModelEvent] = self._finished()
         reason: Literal["stop", "tool_use", "length"]
         if self._finish == "length":
             reason = "length"
