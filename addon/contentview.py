@@ -10,10 +10,12 @@ mitmweb, mitmproxy and mitmdump pick it automatically (their "auto" view) for:
   clients, decoded as an `AgentClientMessage`), unary or enveloped;
 - GetServerConfig and GetDefaultModelForCli (unary calls cursor-byok may rewrite): the message as
   JSON, unknown fields numbered;
-- Tab: StreamCpp requests (`StreamCppRequest`: file, cursor, contents_start_at_line, line ending) and
-  their frames (`StreamCppResponse`, each summarized as model_info / range a-b / text / done_stream),
-  StreamNextCursorPrediction both ways, and the unary Tab RPCs (CppConfig, RefreshTabContext,
-  CppEditHistoryStatus, CppAppend, CppEditHistoryAppend, CppService/AvailableModels, RecordCppFate).
+- the one-shot calls cursor-byok can answer (`byok.assist.SERVICES`: commit messages, branch names,
+  titles, terminal, Cmd-K, Tab) and NetworkService/IsConnected: unary bodies as their messages,
+  server streams one entry per frame (the oneof branch, e.g. `real_response.edit_stream`).
+  Tab's StreamCpp frames are summarized by what they carry (model_info / range a-b / text / done_stream),
+  its request by file, cursor, contents_start_at_line and line ending; CppConfig and
+  CppService/AvailableModels (answered or rewritten by tab_config.py) as their messages.
 Other `application/connect+*` bodies get the envelope listing without message types.
 
 The renderers are pure functions (bytes -> lines of `(style, text)`), testable without mitmproxy;
@@ -38,11 +40,12 @@ from google.protobuf.message import DecodeError, Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 from mitmproxy import contentviews, http
 
-from byok.proto import agent_pb2 as apb, aiserver_pb2 as spb, cpp_pb2 as cpb
+from byok.proto import agent_pb2 as apb, aiserver_pb2 as spb, cpp_pb2 as cpb, features_pb2 as fpb
 
 from .wire import connect
 from .agent.cursor.bidi import append_message
-from .router import BIDI_APPEND_PATH, RUN_PATH, RUN_SSE_PATH
+from .connectivity import IS_CONNECTED_PATH
+from .router import BIDI_APPEND_PATH, ONE_SHOT_PATHS, RUN_PATH, RUN_SSE_PATH
 
 VIEW_NAME = "Cursor Agent"
 """URL-safe apart from the space (mitmweb: `/flows/<id>/response/content/Cursor%20Agent.json`)."""
@@ -179,9 +182,9 @@ def summarize(message: Message, id_labels: dict[str, str]) -> tuple[str, list[st
         return _cpp_frame(message), []
     if isinstance(message, cpb.StreamCppRequest):
         return "StreamCppRequest", _cpp_request(message)
-    if "message" not in message.DESCRIPTOR.oneofs_by_name:  # e.g. BidiRequestId
+    if not any(not oneof.name.startswith("_") for oneof in message.DESCRIPTOR.oneofs):  # e.g. BidiRequestId
         return message.DESCRIPTOR.name, _ids(message, None)
-    branch = message.WhichOneof("message")
+    branch = _set_oneof(message)
     if branch is None:
         return "empty", []
     sub = getattr(message, branch)
@@ -460,23 +463,14 @@ UNARY_MESSAGES: dict[str, tuple[type[Message], type[Message]]] = {
     "/aiserver.v1.AiService/GetDefaultModelForCli": (
         spb.GetDefaultModelForCliRequest, spb.GetDefaultModelForCliResponse),
     "/aiserver.v1.AiService/CppConfig": (cpb.CppConfigRequest, cpb.CppConfigResponse),
-    "/aiserver.v1.AiService/RefreshTabContext": (cpb.RefreshTabContextRequest, cpb.RefreshTabContextResponse),
-    "/aiserver.v1.AiService/CppEditHistoryStatus": (cpb.CppEditHistoryStatusRequest, cpb.CppEditHistoryStatusResponse),
-    "/aiserver.v1.AiService/CppAppend": (cpb.CppAppendRequest, cpb.CppAppendResponse),
-    "/aiserver.v1.AiService/CppEditHistoryAppend": (
-        cpb.EditHistoryAppendChangesRequest, cpb.EditHistoryAppendChangesResponse),
     "/aiserver.v1.CppService/AvailableModels": (cpb.AvailableCppModelsRequest, cpb.AvailableCppModelsResponse),
-    "/aiserver.v1.CppService/RecordCppFate": (cpb.RecordCppFateRequest, cpb.RecordCppFateResponse),
+    IS_CONNECTED_PATH: (fpb.IsConnectedRequest, fpb.IsConnectedResponse),
+    **{path: (s.request_type, s.response_type) for path, s in ONE_SHOT_PATHS.items() if not s.streaming},
 }
 """Unary RPCs whose bodies the view decodes: path -> (request, response) message classes."""
-
-STREAMS: dict[str, tuple[type[Message], type[Message]]] = {
-    "/aiserver.v1.AiService/StreamCpp": (cpb.StreamCppRequest, cpb.StreamCppResponse),
-    "/aiserver.v1.AiService/StreamNextCursorPrediction": (
-        cpb.StreamNextCursorPredictionRequest, cpb.StreamNextCursorPredictionResponse),
-}
-"""Server-streaming RPCs besides the agent's: path -> (request, response frames) message classes."""
-
+STREAM_MESSAGES: dict[str, tuple[type[Message], type[Message]]] = {
+    path: (s.request_type, s.response_type) for path, s in ONE_SHOT_PATHS.items() if s.streaming}
+"""Server-streaming one-shot RPCs: path -> (request, response) message classes, one per frame."""
 
 def render_unary(body: bytes, message_class: type[Message], content_type: str | None = None) -> list[Line]:
     """A unary Connect body: protobuf (`application/proto`), enveloped, or JSON shown as is."""
@@ -530,7 +524,7 @@ def _target(flow: Any, http_message: Any, content_type: str | None) -> str | Non
             return "bidi_append"
         if path in UNARY_MESSAGES:
             return "unary_request" if is_request else "unary_response"
-        if path in STREAMS:
+        if path in STREAM_MESSAGES:
             return "stream_request" if is_request else "stream_response"
     if content_type and content_type.startswith("application/connect+"):
         return "connect"
@@ -571,18 +565,18 @@ class CursorAgentView(contentviews.Contentview):
                 return "Cursor Agent: Run response: no bytes yet", iter([])
             lines = iter_envelopes(data, apb.AgentServerMessage.FromString, _SERVER_ID_LABEL)
             return describe_stream(data, "Cursor Agent: Run response"), lines
-        if target in ("stream_request", "stream_response"):
-            path = flow.request.path.split("?", 1)[0]
-            message_class = STREAMS[path][0 if target == "stream_request" else 1]
-            what = f"Cursor: {path.rsplit('/', 1)[-1]} {target.split('_')[1]}"
-            if not data:
-                return f"{what}: no bytes yet", iter([])
-            return describe_stream(data, what), iter_envelopes(data, message_class.FromString, {})
         if target in ("unary_request", "unary_response"):
             path = flow.request.path.split("?", 1)[0]
             message_class = UNARY_MESSAGES[path][0 if target == "unary_request" else 1]
             title = f"Cursor: {path.rsplit('/', 1)[-1]} {target.split('_')[1]}"
             return title, iter(render_unary(data, message_class, content_type))
+        if target in ("stream_request", "stream_response"):
+            path = flow.request.path.split("?", 1)[0]
+            message_class = STREAM_MESSAGES[path][0 if target == "stream_request" else 1]
+            what = f"Cursor: {path.rsplit('/', 1)[-1]} {target.split('_')[1]}"
+            if not data:
+                return f"{what}: no bytes yet", iter([])
+            return describe_stream(data, what), iter_envelopes(data, message_class.FromString, {})
         if target in ("run_sse_response", None) and not data:
             return "Cursor Agent: RunSSE response: no bytes yet", iter([])
         if target == "connect":

@@ -8,6 +8,7 @@ from .backend import Backend
 from .contentview import ContentViewRegistrar
 from .dashboard_endpoint import DashboardEndpoint
 from .duplex import VersionGate
+from .connectivity import ConnectivityAnswer
 from .models import ModelListInjector, UpstreamProbe
 from .options import Options
 from .providers_file import ProvidersFileAddon
@@ -40,6 +41,7 @@ def make_addons() -> list:
     access = ClientAccess()
     backend = Backend(providers, recorder, access)
     probe = UpstreamProbe()
+    # one memory of whether Cursor is reachable, for the model lists and IsConnected
     return [
         VersionGate(),
         Options(),
@@ -47,7 +49,8 @@ def make_addons() -> list:
         ContentViewRegistrar(),
         ProvidersFileAddon(providers),
         recorder,
-        ModelListInjector(providers, probe=probe, may_see_user_models=access.allows, routes_for=backend.routes_for_flow),
+        ModelListInjector(providers, probe, may_see_user_models=access.allows, routes_for=backend.routes_for_flow),
+        ConnectivityAnswer(providers, probe),
         StatusEndpoint(providers),
         ServerConfigRewriter(),
         backend,

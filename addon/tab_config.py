@@ -20,13 +20,12 @@ import logging
 from urllib.parse import urlsplit
 
 from mitmproxy import ctx, http
-from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 
 from byok.proto import cpp_pb2 as cpb
 from byok.providers.config import ModelRoute, ProvidersFile
 from byok.wire.protowire import WireError, encode_len, encode_varint_field, replace_field, values
 
-from .models import ENVELOPED_TYPE, UNARY_TYPE, UpstreamProbe, _content_type, is_cursor_host, transform_first_message, upstream_down
+from .models import ENVELOPED_TYPE, UNARY_TYPE, UpstreamProbe, _content_type, is_cursor_host, transform_first_message
 
 log = logging.getLogger("byok.tab")
 
@@ -109,6 +108,7 @@ class TabConfig:
     def __init__(self, providers: ProvidersFile, probe: UpstreamProbe | None = None) -> None:
         self.providers = providers
         self.probe = probe or UpstreamProbe()
+        """Shared with the model lists (main.py), which remember failed connections in it."""
 
     def _tab(self, flow: http.HTTPFlow) -> ModelRoute | None:
         """The [tab] route when this flow is a Tab config call cursor-byok handles, else None."""
@@ -136,7 +136,7 @@ class TabConfig:
             self._answer(flow, local_cpp_models(route), f"Tab's models: {route.provider}/{route.model_id}")
             flow.metadata["byok_model_list_local"] = True  # the model-list injector leaves it alone
             return
-        down = await upstream_down(flow, self.probe)
+        down = await self.probe.down_reason(flow)
         if down is not None:
             self._answer(flow, local_cpp_config(), f"CppConfig answered locally: {down}")
 
@@ -168,10 +168,6 @@ class TabConfig:
         if new != body:
             resp.content = new
             log.info("CppConfig from %s: Tab kept on for [tab]", flow.request.pretty_host)
-
-    def server_connect_error(self, data: ServerConnectionHookData) -> None:
-        if data.server.address is not None and is_cursor_host(data.server.address[0]):
-            self.probe.mark_down(*data.server.address, data.server.error or "connection failed")
 
     @staticmethod
     def _answer(flow: http.HTTPFlow, message, why: str, *, content_type: str | None = None) -> None:

@@ -735,6 +735,20 @@ class Store:
             )
         return int(call_id)
 
+    def begin_one_shot_call(self, row: dict) -> int:
+        """A provider call outside any run (addon/assist/: commit messages, Cmd-K, ...), numbered after
+        the calls its request id already has: a client may send one x-request-id more than once."""
+        row = {**row, "status": "running"}
+        columns = _columns(row)
+        with self.db.atomic():
+            index = self.db.execute("SELECT coalesce(max(call_index) + 1, 0) FROM llm_calls WHERE request_id = ?",
+                                    [row["request_id"]]).fetchone()[0]
+            return int(self.db.execute(
+                f"INSERT INTO llm_calls({', '.join(columns)}, call_index)"
+                f" VALUES ({', '.join('?' * (len(columns) + 1))}) RETURNING id",
+                [row[c] for c in columns] + [index],
+            ).fetchone()[0])
+
     def finish_llm_call(self, call_id: int, updates: dict) -> None:
         if updates:
             columns = _columns(updates)

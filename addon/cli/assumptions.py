@@ -22,7 +22,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 
-from byok.dashboard.queries import WIRE_TYPES
+from ..agent.drift import WIRE_TYPES
 
 CONFIRMED, CONTRADICTED, NOT_SEEN = "confirmed", "contradicted", "not_seen"
 CONNECT_PROTO = "application/connect+proto"

@@ -34,7 +34,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--until", type=_day, default=None, metavar="YYYY-MM-DD", help="last day to include")
     p.add_argument("--by", choices=("model", "user", "purpose"), default="model",
                    help="rows per day and model (default), per day and proxyauth user (team server), or per day "
-                        "and purpose (agent, summary, tab, ...)")
+                        "and purpose (agent, summary, commit_message, branch_name, chat_title, terminal, cmd_k, tab)")
     p.add_argument("--json", action="store_true", help="print the rows and totals as one JSON document")
     p.add_argument("--plot", "--png", dest="plot", type=Path, default=None, metavar="FILE.png",
                    help="also draw tokens and cost per day and model into a PNG (needs matplotlib: "

@@ -18,6 +18,7 @@ from datetime import date
 from decimal import Decimal
 from pathlib import Path
 
+from byok.agent.drift import WIRE_TYPES
 from byok.providers.pricing import INPUT_INCLUDES_CACHE
 
 ALL = object()
@@ -42,13 +43,17 @@ def find(conn: sqlite3.Connection, ident: str, *, prefixes: bool = True) -> Foun
     if row:
         return Found("request", ident, [ident], row[0])
     rows = q("SELECT request_id FROM runs WHERE conversation_id = ? ORDER BY started_at_ms, rowid", [ident]).fetchall()
+    # and the one-shot calls made for it (a branch name), which have no run
+    rows += q("SELECT request_id FROM llm_calls c WHERE conversation_id = ? AND NOT EXISTS (SELECT 1 FROM runs r"
+              " WHERE r.request_id = c.request_id) GROUP BY request_id ORDER BY min(started_at)", [ident]).fetchall()
     if rows:
         return Found("conversation", ident, [r[0] for r in rows], ident)
     row = q("SELECT request_id, conversation_id FROM llm_calls WHERE model_call_id = ?", [ident]).fetchone()
     if row:
         return Found("model_call", ident, [row[0]], row[1])
-    row = q("SELECT conversation_id FROM llm_calls WHERE request_id = ?", [ident]).fetchone()
-    if row:  # a one-shot call (Tab, commit message, ...): provider calls, no run
+    # one-shot calls (commit messages, Cmd-K, Tab...): provider calls without a run or frames
+    row = q("SELECT max(conversation_id) FROM llm_calls WHERE request_id = ? HAVING count(*) > 0", [ident]).fetchone()
+    if row:
         return Found("request", ident, [ident], row[0])
     rows = q("SELECT DISTINCT r.request_id, r.conversation_id FROM tool_round_calls c"
              " JOIN tool_rounds r ON r.id = c.round_id WHERE c.call_id = ?", [ident]).fetchall()
@@ -122,7 +127,8 @@ CALL_FIELDS = ("call_index", "model_call_id", "provider", "provider_kind", "mode
 
 def provider_calls(conn: sqlite3.Connection, request_id: str, prices: dict | None = None) -> list[dict]:
     """Each call as stored, with `cost_usd` from its model's prices (None: no prices configured).
-    `purpose`: None for the turn's own calls, "summary" for a compaction (docs/conversations.md)."""
+    `purpose`: None for the turn's own calls, "summary" for a compaction (docs/conversations.md), the
+    feature of a one-shot call (commit_message, branch_name, chat_title, terminal, cmd_k: docs/features.md)."""
     from byok.providers.pricing import cost
 
     rows = conn.execute("SELECT * FROM llm_calls WHERE request_id = ? ORDER BY call_index", [request_id]).fetchall()
@@ -251,10 +257,9 @@ class Row:
 def usage_rows(conn: sqlite3.Connection, since: date | None = None, until: date | None = None,
                prices: dict | None = None, *, by: str = "model", user=ALL) -> list[Row]:
     """Per (day, model) sums; `prices` = public id -> Prices fills `cost`. With `by="user"` per
-    (day, proxyauth user of the run), '-' for runs without one (the single user): `Row.model` then
-    holds the user name, and the cost is None when any of the user's models has no prices. With
-    `by="purpose"` per (day, why the call was made): `agent` for a turn's own calls, `summary`,
-    `tab` and the other one-shot features."""
+    (day, proxyauth user of the run), '-' for runs without one (the single user); with `by="purpose"` per
+    (day, what the call was for: `agent` for a turn's own calls, else llm_calls.purpose). `Row.model`
+    then holds the user or the purpose, and the cost is None when any of its models has no prices."""
     from byok.providers.pricing import cost
 
     sums = ", ".join(f"coalesce(sum(c.{f}), 0)" for f in TOKEN_FIELDS)
@@ -314,7 +319,8 @@ def load_prices(path: Path) -> tuple[dict, dict, str | None]:
 
 @dataclass
 class UsageReport:
-    """`cursor-byok usage` as data: rows per day and model (or user), totals, and the `--json` document."""
+    """`cursor-byok usage` as data: rows per day and model (or user, or purpose), totals, and the `--json`
+    document."""
 
     by: str
     rows: list[Row]
@@ -376,8 +382,6 @@ def cache_hits(rows: list[Row]) -> dict:
 
 
 # ---- drift ---------------------------------------------------------------------------------------
-
-WIRE_TYPES = {0: "varint", 1: "i64", 2: "len", 3: "sgroup", 4: "egroup", 5: "i32"}
 
 
 def drift_report(conn) -> dict:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import json
 import logging
 import mimetypes
 import secrets
@@ -500,23 +499,13 @@ class Dashboard:
 
 
 def verify_slot(conn) -> dict:
-    """`cursor-byok verify`'s report, when this version has the command (issue 20 adds it in
-    byok.cli.verify); the page says so when it does not."""
-    import importlib
-    import importlib.util
+    """`cursor-byok verify`'s report (the same function the command prints)."""
+    from byok.cli.verify import report
 
-    if importlib.util.find_spec("byok.cli.verify") is None:
-        return {"available": False, "report": None, "error": None}
-    module = importlib.import_module("byok.cli.verify")
-    report_fn = getattr(module, "report", None)
-    if report_fn is None:
-        return {"available": False, "report": None, "error": "byok.cli.verify has no report(conn) function"}
     try:
-        report = report_fn(conn)
+        return {"report": report(conn), "error": None}
     except Exception as e:  # shown on the page, not a failed page
-        return {"available": True, "report": None, "error": f"{type(e).__name__}: {e}"}
-    return {"available": True, "report": report, "error": None,
-            "pretty": json.dumps(report, indent=1, ensure_ascii=False, default=str)}
+        return {"report": None, "error": f"{type(e).__name__}: {e}"}
 
 
 def _compact(value: float) -> str:

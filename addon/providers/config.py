@@ -28,6 +28,16 @@ Optional top-level tables configure the web tools' backends (docs/providers.md):
     model = "gpt-image-1"
     api_key_env = "OPENAI_API_KEY"
 
+`[features]` names the model that answers each of Cursor's other AI calls (docs/features.md); a call
+whose feature names none (and no `default`) passes to Cursor untouched:
+
+    [features]
+    commit_message = "deepseek/deepseek-chat"   # "<provider name>/<model id>"
+    branch_name = "deepseek/deepseek-chat"
+    chat_title = "deepseek/deepseek-chat"       # GetChatTitle, NameTab, NameAgent
+    terminal = "deepseek/deepseek-chat"         # StreamTerminalAutocomplete, GetTerminalCompletion
+    default = "deepseek/deepseek-chat"          # any of the above left out
+
 A model's public id (what Cursor sends back as `requested_model.model_id`) is the first 4 bytes of
 SHA-256(normalized_base_url + "\\0" + kind + "\\0" + model_id) as 8 lowercase hex characters.
 
@@ -87,6 +97,25 @@ class SearchConfig:
     api_key: str | None = field(default=None, repr=False)
     api_key_env: str | None = None
     max_results: int = 8
+
+
+FEATURES = ("commit_message", "branch_name", "chat_title", "terminal")
+"""The `[features]` keys besides `default`: Cursor's one-shot AI calls that a model of the user's answers."""
+
+
+@dataclass(frozen=True)
+class FeaturesConfig:
+    """The validated `[features]` table: (feature or "default", public id of the model), in file order."""
+
+    models: tuple[tuple[str, str], ...] = ()
+
+    def public_id(self, feature: str) -> str | None:
+        """The model answering `feature`: its own entry, else `default`, else None (pass upstream)."""
+        named = dict(self.models)
+        return named.get(feature) or named.get("default")
+
+    def __bool__(self) -> bool:
+        return bool(self.models)
 
 
 @dataclass(frozen=True)
@@ -196,6 +225,8 @@ class ProvidersConfig:
     """`[image_generation]`: the GenerateImage endpoint; None = GenerateImage is not offered."""
     tab: TabConfig | None = None
     """`[tab]`: the model serving Tab; None = Tab passes to Cursor untouched."""
+    features: FeaturesConfig = FeaturesConfig()
+    """`[features]`: the models answering Cursor's other AI calls (commit messages, titles, ...)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_id", {m.public_id: m for m in self.models})
@@ -211,6 +242,11 @@ class ProvidersConfig:
     @property
     def tab_route(self) -> ModelRoute | None:
         return None if self.tab is None else self.lookup(self.tab.model)
+
+    def feature_route(self, feature: str) -> ModelRoute | None:
+        """The model answering one of `FEATURES` (or `default`), or None: the call passes upstream."""
+        public_id = self.features.public_id(feature)
+        return None if public_id is None else self.lookup(public_id)
 
     def __len__(self) -> int:
         return len(self.models)
@@ -248,7 +284,7 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 WEB_SEARCH_KEYS = frozenset({"kind", "base_url", "api_key_env", "api_key", "max_results"})
 IMAGE_GENERATION_KEYS = frozenset({"base_url", "model", "api_key_env", "api_key", "size"})
 TAB_KEYS = frozenset({"model", "max_tokens", "max_lines"})
-TABLES = ("web_search", "image_generation", "tab")
+TABLES = ("web_search", "image_generation", "tab", "features")
 
 
 class _Lines:
@@ -349,7 +385,8 @@ class _Validator:
         return ProvidersConfig(self.path, tuple(routes),
                                web_search=self.web_search(data.get("web_search")),
                                image_generation=self.image_generation(data.get("image_generation")),
-                               tab=self.tab(data.get("tab"), routes))
+                               tab=self.tab(data.get("tab"), routes),
+                               features=self.features(data.get("features"), routes))
 
     def _resolve_summary_models(self, routes: list[ModelRoute], providers: list[dict]) -> list[ModelRoute]:
         """`summary_model` names a model of the same provider by its id, or any model as
@@ -486,6 +523,32 @@ class _Validator:
             raise self.table_fail("image_generation", "size must look like \"1024x1024\" (or \"auto\")", "size")
         api_key, api_key_env = self._key("image_generation", entry, required=True)
         return ImageConfig(base_url, model, api_key=api_key, api_key_env=api_key_env, size=size)
+
+    # ---- [features] --------------------------------------------------------------------------------
+
+    def features(self, raw: Any, routes: list[ModelRoute]) -> FeaturesConfig:
+        entry = self._table("features", raw, frozenset((*FEATURES, "default")))
+        if entry is None:
+            return FeaturesConfig()
+        named = [(key, self.named_model("features", key, ref, routes)) for key, ref in entry.items()]
+        for key, route in named:
+            if route.kind in FIM_KINDS:
+                raise self.table_fail("features", f"{key} names {route.provider}/{route.model_id}, a fill-in-the-middle "
+                                      f"model ({route.kind}): it serves Tab only; name a chat model", key)
+        return FeaturesConfig(tuple((key, route.public_id) for key, route in named))
+
+    def named_model(self, table: str, key: str, ref: Any, routes: list[ModelRoute]) -> ModelRoute:
+        """The model a top-level table names as "<provider name>/<model id>" (the model id may hold
+        slashes itself: the provider name ends at the first one)."""
+        shape = '"<provider name>/<model id>", e.g. "deepseek/deepseek-chat"'
+        if not isinstance(ref, str) or "/" not in ref.strip("/"):
+            raise self.table_fail(table, f"{key} must name one of your models as {shape}", key)
+        provider, _, model_id = ref.partition("/")
+        for route in routes:
+            if route.provider == provider and route.model_id == model_id:
+                return route
+        known = ", ".join(f"{r.provider}/{r.model_id}" for r in routes) or "none: add [[providers]] first"
+        raise self.table_fail(table, f"{key} = {ref!r} names no model in this file (models: {known})", key)
 
     def provider(self, p: int, entry: dict[str, Any],
                  seen_names: dict[str, str]) -> list[tuple[ModelRoute, str]]:
@@ -823,11 +886,16 @@ class ProvidersFile:
             logger.warning("providers file %s: %s", self._path, warning)
         logger.info("providers file %s: %d model(s): %s", self._path, len(config),
                     ", ".join(f"{m.public_id}={m.provider}/{m.model_id}" for m in config.models) or "-")
+        if config.features:
+            logger.info("providers file %s: [features] %s", self._path, ", ".join(
+                f"{feature}={route.provider}/{route.model_id}" for feature, public_id in config.features.models
+                if (route := config.lookup(public_id)) is not None))
         return self._use(config)
 
     def _use(self, config: ProvidersConfig) -> bool:
-        changed = (config.models, config.web_search, config.image_generation, config.tab) != (
-            self._config.models, self._config.web_search, self._config.image_generation, self._config.tab)
+        changed = (config.models, config.web_search, config.image_generation, config.tab, config.features) != (
+            self._config.models, self._config.web_search, self._config.image_generation, self._config.tab,
+            self._config.features)
         self._config = config
         if changed:
             self.generation += 1

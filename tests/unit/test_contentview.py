@@ -397,3 +397,34 @@ def test_unary_tab_rpcs_are_decoded(registered):
                     response_body=cpb.CppConfigResponse(is_on=True).SerializeToString(), response_type="application/proto")
     description, lines = auto(flow.response, flow)
     assert description == "Cursor: CppConfig response" and any("is_on: true" in line for line in lines)
+
+
+def test_the_one_shot_calls_and_is_connected_are_decoded(registered):
+    """Issue 23: commit messages (unary, proto and JSON), Cmd-K (a server stream of wrapped responses),
+    IsConnected."""
+    from byok.proto import features_pb2 as fpb
+
+    request = fpb.WriteGitCommitMessageRequest(diffs=["+x"], previous_commit_messages=["Add y"])
+    answer = fpb.WriteGitCommitMessageResponse(commit_message="Add x")
+    flow = flow_for("/aiserver.v1.AiService/WriteGitCommitMessage", request_body=request.SerializeToString(),
+                    response_body=answer.SerializeToString(), response_type="application/proto")
+    assert auto(flow.request, flow) == ("Cursor: WriteGitCommitMessage request", [
+        f"aiserver.v1.WriteGitCommitMessageRequest  {request.ByteSize()} bytes",
+        '    diffs: ["+x"]', '    previous_commit_messages: ["Add y"]'])
+    assert auto(flow.response, flow)[1][1] == '    commit_message: "Add x"'
+    json_flow = flow_for("/aiserver.v1.AiService/WriteGitCommitMessage", request_body=b'{"diffs": ["+x"]}',
+                         request_type="application/json", response_body=b"{}", response_type="application/json")
+    assert auto(json_flow.request, json_flow)[1] == ['{"diffs": ["+x"]}']
+
+    edit = fpb.StreamCmdKResponseContextWrapped(real_response=fpb.StreamCmdKResponse(
+        edit_stream=fpb.StreamCmdKResponse.EditStream(text="  return 1\n", edit_id=1)))
+    stream = env(edit) + connect.encode_end_stream()
+    cmd_k = flow_for("/aiserver.v1.CmdKService/StreamCmdK", request_type="application/connect+proto",
+                     request_body=env(fpb.StreamCmdKRequest(session_id="s")), response_body=stream)
+    title, lines = auto(cmd_k.response, cmd_k)
+    assert title == "Cursor: StreamCmdK response: 2 frame(s), ended"
+    assert "real_response.edit_stream" in lines[0] and '"text": "  return 1\\n"' in lines[1]
+    assert auto(cmd_k.request, cmd_k)[0] == "Cursor: StreamCmdK request: 1 frame(s), no end-stream yet"
+
+    probe = flow_for("/aiserver.v1.NetworkService/IsConnected", response_body=b"", response_type="application/proto")
+    assert auto(probe.response, probe)[0] == "Cursor: IsConnected response"

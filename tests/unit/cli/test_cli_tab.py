@@ -40,7 +40,7 @@ def test_trace_finds_a_tab_call_by_its_request_id(built, capsys):
     add_tab_call(built.db)
     assert main(["trace", TAB_REQUEST, "--db", str(built.db)]) == 0
     out = capsys.readouterr().out
-    assert "one-shot (tab): no run" in out and "qwen2.5-coder:1.5b" in out and "(tab)" in out
+    assert "one-shot tab: no run" in out and "qwen2.5-coder:1.5b" in out and "(tab)" in out
     assert main(["trace", TAB_REQUEST, "--db", str(built.db), "--json"]) == 0
     story = json.loads(capsys.readouterr().out)
     call, = story["runs"][0]["provider_calls"]

@@ -85,3 +85,13 @@ def test_gc_needs_the_sessions_token(dashboard):
                headers={"Content-Type": "application/x-www-form-urlencoded", "Cookie": cookie,
                         "Origin": "http://cursor-byok.invalid"})
     assert good.status == 403 and "not available" in text(good)  # the token passed; no GC in this Dashboard
+
+
+def test_verify_page_is_the_verify_commands_report(dashboard, built, capsys):
+    """The operator's verify page and `cursor-byok verify --json` give the same verdicts."""
+    assert cli(["verify", "--db", str(built.db), "--json"]) in (0, 1)
+    expected = json.loads(capsys.readouterr().out)
+    body = text(get(dashboard, "/verify"))
+    for item in expected["assumptions"]:
+        assert re.search(re.escape(item["id"]) + r"\s+" + re.escape(item["title"]) + r"\s+" + re.escape(item["verdict"]),
+                         body), item["id"]
