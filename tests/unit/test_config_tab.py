@@ -133,3 +133,9 @@ def test_tab_change_counts_as_a_config_change(tmp_path):
 def test_parse_is_pure_text(tmp_path):
     config, warnings = parse_providers(FIM_FILE, tmp_path / "x.toml")
     assert len(config.models) == 4 and warnings == []
+
+
+def test_a_features_model_must_be_a_chat_model(tmp_path):
+    e = error(tmp_path, FIM_FILE + '\n[features]\ncommit_message = "ollama/starcoder2:3b"\n')
+    assert "a fill-in-the-middle model" in str(e) and "[features]" in str(e)
+    assert load(tmp_path, FIM_FILE + '\n[features]\ncommit_message = "deepseek/deepseek-chat"\n').features
