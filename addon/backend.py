@@ -88,7 +88,7 @@ class Backend:
             store=self.store, lookup_model=self.providers.lookup, prompts=prompts, http=self.http,
             clock=clock, ids=ids, verbose_llm=settings.verbose_llm, team=self.team, replica=self.replica,
             provider_limits=self.provider_limits,
-            user_models=lambda: list(self.providers.models),
+            user_models=lambda: list(self.providers.agent_models),
         )
         self.runtime = Runtime(
             is_user_model=lambda model_id: self.providers.lookup(model_id) is not None,

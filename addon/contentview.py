@@ -13,6 +13,9 @@ mitmweb, mitmproxy and mitmdump pick it automatically (their "auto" view) for:
 - the one-shot calls cursor-byok can answer (`byok.assist.SERVICES`: commit messages, branch names,
   titles, terminal, Cmd-K, Tab) and NetworkService/IsConnected: unary bodies as their messages,
   server streams one entry per frame (the oneof branch, e.g. `real_response.edit_stream`).
+  Tab's StreamCpp frames are summarized by what they carry (model_info / range a-b / text / done_stream),
+  its request by file, cursor, contents_start_at_line and line ending; CppConfig and
+  CppService/AvailableModels (answered or rewritten by tab_config.py) as their messages.
 Other `application/connect+*` bodies get the envelope listing without message types.
 
 The renderers are pure functions (bytes -> lines of `(style, text)`), testable without mitmproxy;
@@ -37,7 +40,7 @@ from google.protobuf.message import DecodeError, Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 from mitmproxy import contentviews, http
 
-from byok.proto import agent_pb2 as apb, aiserver_pb2 as spb, features_pb2 as fpb
+from byok.proto import agent_pb2 as apb, aiserver_pb2 as spb, cpp_pb2 as cpb, features_pb2 as fpb
 
 from .wire import connect
 from .agent.cursor.bidi import append_message
@@ -175,6 +178,10 @@ def _set_oneof(message: Message) -> str | None:
 def summarize(message: Message, id_labels: dict[str, str]) -> tuple[str, list[str]]:
     """(kind, ids): the oneof branch and its nested branch (`interaction_update.text_delta`), and the
     ids that pair messages (KV id, exec/interaction id, call ids, blob id prefixes)."""
+    if isinstance(message, cpb.StreamCppResponse):
+        return _cpp_frame(message), []
+    if isinstance(message, cpb.StreamCppRequest):
+        return "StreamCppRequest", _cpp_request(message)
     if not any(not oneof.name.startswith("_") for oneof in message.DESCRIPTOR.oneofs):  # e.g. BidiRequestId
         return message.DESCRIPTOR.name, _ids(message, None)
     branch = _set_oneof(message)
@@ -206,6 +213,31 @@ def _ids(message: Message, id_label: str | None) -> list[str]:
             out.append(f"{id_label}={value}")
         elif value:
             out.append(f"{label}={value.hex()[:ID_PREFIX] if isinstance(value, bytes) else _one_line(value)}")
+    return out
+
+
+def _cpp_frame(frame: cpb.StreamCppResponse) -> str:
+    """What a StreamCpp frame says, in the order the client reads it."""
+    parts = [name for name in ("model_info", "begin_edit") if frame.HasField(name)]
+    if frame.HasField("range_to_replace"):
+        r = frame.range_to_replace
+        parts.append(f"range {r.start_line_number}-{r.end_line_number_inclusive}")
+    if frame.text:
+        parts.append(f"text {_one_line(frame.text)!r}")
+    parts += [name for name in ("cursor_prediction_target", "done_edit", "done_stream") if frame.HasField(name)]
+    return " + ".join(parts) or "empty"
+
+
+def _cpp_request(request: cpb.StreamCppRequest) -> list[str]:
+    f = request.current_file
+    out = [f"file={f.relative_workspace_path or '-'}", f"cursor={f.cursor_position.line}:{f.cursor_position.column}",
+           f"lines={f.contents.count(chr(10)) + 1 if f.contents else 0}"]
+    if f.contents_start_at_line:
+        out.append(f"contents_start_at_line={f.contents_start_at_line}")
+    if f.HasField("line_ending"):
+        out.append(f"line_ending={f.line_ending!r}")
+    if f.rely_on_filesync:
+        out.append("rely_on_filesync")
     return out
 
 
@@ -430,6 +462,8 @@ UNARY_MESSAGES: dict[str, tuple[type[Message], type[Message]]] = {
     "/aiserver.v1.AiService/GetServerConfig": (spb.GetServerConfigRequest, spb.GetServerConfigResponse),
     "/aiserver.v1.AiService/GetDefaultModelForCli": (
         spb.GetDefaultModelForCliRequest, spb.GetDefaultModelForCliResponse),
+    "/aiserver.v1.AiService/CppConfig": (cpb.CppConfigRequest, cpb.CppConfigResponse),
+    "/aiserver.v1.CppService/AvailableModels": (cpb.AvailableCppModelsRequest, cpb.AvailableCppModelsResponse),
     IS_CONNECTED_PATH: (fpb.IsConnectedRequest, fpb.IsConnectedResponse),
     **{path: (s.request_type, s.response_type) for path, s in ONE_SHOT_PATHS.items() if not s.streaming},
 }
@@ -437,7 +471,6 @@ UNARY_MESSAGES: dict[str, tuple[type[Message], type[Message]]] = {
 STREAM_MESSAGES: dict[str, tuple[type[Message], type[Message]]] = {
     path: (s.request_type, s.response_type) for path, s in ONE_SHOT_PATHS.items() if s.streaming}
 """Server-streaming one-shot RPCs: path -> (request, response) message classes, one per frame."""
-
 
 def render_unary(body: bytes, message_class: type[Message], content_type: str | None = None) -> list[Line]:
     """A unary Connect body: protobuf (`application/proto`), enveloped, or JSON shown as is."""

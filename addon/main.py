@@ -15,6 +15,8 @@ from .providers_file import ProvidersFileAddon
 from .recorder import Recorder
 from .server_config import ServerConfigRewriter
 from .status import StatusEndpoint
+from .tab_config import TabConfig
+from .tab_observe import TabObserver
 from .transports.loopback import FlowStreaming
 from .transports.one_shot import OneShotCalls
 from .transports.run_h2 import RunH2Headers
@@ -53,9 +55,11 @@ def make_addons() -> list:
         ServerConfigRewriter(),
         backend,
         FlowStreaming(backend, recorder),
+        TabConfig(providers, probe),
         RunH2Headers(backend, recorder),
         RunSseTransport(backend),
         OneShotCalls(backend),
+        TabObserver(backend),
         DashboardEndpoint(backend),  # after the transports: reads the backend's runtime and stream server
         StoreWiring(backend, recorder),
     ]

@@ -409,7 +409,7 @@ class ModelListInjector:
                  may_see_user_models: Callable[[http.HTTPFlow], bool] | None = None,
                  routes_for: Callable[[http.HTTPFlow, Sequence[ModelRoute]], Sequence[ModelRoute]] | None = None,
                  ) -> None:
-        self._routes = (lambda: providers.models) if isinstance(providers, ProvidersFile) else providers
+        self._routes = (lambda: providers.agent_models) if isinstance(providers, ProvidersFile) else providers
         self.probe = probe or UpstreamProbe()
         self._may_see = may_see_user_models or (lambda flow: True)
         """access.py's gate: other clients get Cursor's list as it is."""
@@ -439,8 +439,10 @@ class ModelListInjector:
         kind = self._tag(flow)
         if kind is None or flow.response is not None:
             return
+        if kind is ModelList.CPP_AVAILABLE:
+            return  # Tab's list is never made up here (with [tab], tab_config.py answers it)
         routes = self._active_routes(flow)
-        if not routes or kind is ModelList.CPP_AVAILABLE:  # Tab's list is not ours to make up
+        if not routes:
             return
         why = await self.probe.down_reason(flow)
         if why is not None:

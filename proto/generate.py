@@ -76,10 +76,24 @@ FEATURES = Selection(
     imports=(("aiserver.v1.subset.json", AISERVER_PROTO),),
 )
 
+TAB = Selection(
+    # Tab (addon/assist/tab.py, PROTOCOL 11.1): StreamCpp and the RPCs around it, every field (none of
+    # their types is in aiserver.proto or features.proto, which keeps clear of them)
+    roots=tuple(_P + name for name in (
+        "StreamCppRequest", "StreamCppResponse", "CppConfigRequest", "CppConfigResponse",
+        "StreamNextCursorPredictionRequest", "StreamNextCursorPredictionResponse",
+        "RefreshTabContextRequest", "RefreshTabContextResponse", "CppEditHistoryStatusRequest",
+        "CppEditHistoryStatusResponse", "CppAppendRequest", "CppAppendResponse",
+        "EditHistoryAppendChangesRequest", "EditHistoryAppendChangesResponse",
+        "AvailableCppModelsRequest", "AvailableCppModelsResponse", "RecordCppFateRequest", "RecordCppFateResponse",
+    )),
+)
+
 TARGETS: list[tuple[str, Path, Selection | None]] = [
     ("agent.v1.json", HERE / "byok_pb" / "agent" / "v1" / "agent.proto", None),
     ("aiserver.v1.subset.json", AISERVER_PROTO, None),
     ("aiserver.v1.features.json", HERE / "byok_pb" / "aiserver" / "v1" / "features.proto", FEATURES),
+    ("aiserver.v1.features.json", HERE / "byok_pb" / "aiserver" / "v1" / "cpp.proto", TAB),
 ]
 _WKT_FILES = {"Struct": "struct", "Value": "struct", "ListValue": "struct", "Empty": "empty",
               "Duration": "duration", "Timestamp": "timestamp"}

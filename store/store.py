@@ -820,6 +820,16 @@ class Store:
                     f" last_seen_ms = {greatest}(w.last_seen_ms, excluded.last_seen_ms)",
                     [h["host"], h["rpc"], int(h["matched"]), h["count"], h["first_seen_ms"], h["last_seen_ms"]])
 
+    TAB_POSITION_COLUMNS = ("request_id", "source", "ts_ms", "client_version", "cursor_line", "cursor_column",
+                            "contents_start_at_line", "contents_lines", "total_lines", "line_ending", "column_fits",
+                            "range_start", "range_end")
+
+    def record_tab_position(self, row: dict) -> None:
+        """Where one Tab request put its cursor (migration m011; assist.tab_edit.position_facts)."""
+        columns = self.TAB_POSITION_COLUMNS
+        self.db.execute(f"INSERT INTO tab_positions({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                        [row.get(c) for c in columns])
+
     def next_frame_seq(self, request_id: str, direction: str) -> int:
         """The next frame number of (request, direction): 0 for a request never recorded."""
         row = self.db.execute(

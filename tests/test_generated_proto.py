@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from byok.proto import agent_pb2, aiserver_pb2, features_pb2
+from byok.proto import agent_pb2, aiserver_pb2, cpp_pb2, features_pb2
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,6 +44,30 @@ def test_agent_schema_matches_facts():
 
 def test_aiserver_schema_matches_facts():
     _check_against_facts(aiserver_pb2, "aiserver.v1.subset.json")
+
+
+TAB_RPCS = ("StreamCpp", "CppConfig", "StreamNextCursorPrediction", "RefreshTabContext", "CppEditHistoryStatus",
+            "CppAppend", "CppEditHistoryAppend", "AvailableModels", "RecordCppFate")
+
+
+def test_tab_schema_matches_facts():
+    """cpp.proto declares Tab's RPC messages and everything they reach, as the facts state them."""
+    facts = json.loads((ROOT / "proto" / "facts" / "aiserver.v1.features.json").read_text())
+    services = {**facts["services"], **json.loads(
+        (ROOT / "proto" / "facts" / "aiserver.v1.features.undeclared-services.json").read_text())["services"]}
+    roots = [name for service, rpcs in services.items() if service.endswith(("AiService", "CppService"))
+             for rpc, request, response, _ in rpcs if rpc in TAB_RPCS for name in (request, response)]
+    reached, pending = set(), list(roots)
+    while pending:
+        name = pending.pop()
+        if name in reached or (name not in facts["messages"] and name not in facts["enums"]):
+            continue
+        reached.add(name)
+        pending += [f["type_name"] for f in facts["messages"].get(name, {}).get("fields", []) if f.get("type_name")]
+        pending.append(name.rsplit(".", 1)[0])
+    assert len(roots) == 18 and {"aiserver.v1.CurrentFileInfo", "aiserver.v1.LineRange",
+                                 "aiserver.v1.StreamCppResponse.ModelInfo", "aiserver.v1.CppFate"} <= reached
+    _check_against_facts(cpp_pb2, "aiserver.v1.features.json", only=reached)
 
 
 def _declared(module) -> set[str]:

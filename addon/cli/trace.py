@@ -104,7 +104,7 @@ def print_run(out, story: dict, found: Found) -> None:
     run = story["run"]
     purposes = sorted({c["purpose"] for c in story["provider_calls"] if c.get("purpose")})
     if run is None and purposes:
-        facts(out, [("call", f"one-shot {', '.join(purposes)}: no run, no frames (docs/features.md)")])
+        facts(out, [("call", f"one-shot {', '.join(purposes)}: no run, no frames (docs/tab.md, docs/features.md)")])
     elif run is None:
         facts(out, [("run", "no run row (observed or never claimed): frames only")])
     else:

@@ -11,6 +11,13 @@
     context_tokens = 128000
     max_output_tokens = 8192
 
+Fill-in-the-middle models serve Tab (docs/tab.md), never the agent: kind `openai_completions`
+(`POST {base_url}/completions`) or `mistral_fim` (`POST {base_url}/fim/completions`), with the model
+key `fim` naming the prompt template (`suffix`, the default, lets the server apply the model's own;
+`qwen`, `starcoder`, `codellama`, `deepseek` build the prompt with that family's FIM tokens).
+`[tab] model = "<provider name>/<model id>"` (or a model id unique in the file) turns local Tab on;
+any kind may serve it (a chat model gets a next-edit prompt).
+
 Optional top-level tables configure the web tools' backends (docs/providers.md):
 
     [web_search]                    # WebSearch; without it the tool is not offered
@@ -65,7 +72,15 @@ from urllib.parse import urlsplit
 from ..wire.errors import ConfigError
 from .pricing import PRICE_KEYS, Prices
 
-PROVIDER_KINDS = ("openai_chat", "openai_responses", "anthropic")
+CHAT_KINDS = ("openai_chat", "openai_responses", "anthropic")
+"""Kinds that can run the agent (a conversation with tools)."""
+FIM_KINDS = ("openai_completions", "mistral_fim")
+"""Fill-in-the-middle completion kinds: they serve Tab only."""
+PROVIDER_KINDS = CHAT_KINDS + FIM_KINDS
+FIM_TEMPLATES = ("suffix", "qwen", "starcoder", "codellama", "deepseek")
+"""The model key `fim`: `suffix` sends prompt + suffix; the others build one prompt with FIM tokens."""
+TAB_DEFAULT_MAX_TOKENS = 128
+TAB_DEFAULT_MAX_LINES = 8
 
 logger = logging.getLogger("byok.config")
 
@@ -102,6 +117,18 @@ class FeaturesConfig:
 
     def __bool__(self) -> bool:
         return bool(self.models)
+
+
+@dataclass(frozen=True)
+class TabConfig:
+    """The validated `[tab]` table: which model serves Tab (by public id) and its budgets."""
+
+    model: str
+    """Public id of the route that serves Tab."""
+    max_tokens: int = TAB_DEFAULT_MAX_TOKENS
+    """The completion's token budget (sent as max_tokens)."""
+    max_lines: int = TAB_DEFAULT_MAX_LINES
+    """At most this many lines in one suggestion."""
 
 
 @dataclass(frozen=True)
@@ -152,6 +179,8 @@ class ModelRoute:
     """Public id of the model that writes compaction summaries (None = this model)."""
     prices: Prices | None = None
     """USD per million tokens (`prices = { input, output, cache_read, cache_write }`), or None."""
+    fim: str = "suffix"
+    """FIM kinds: the prompt template (FIM_TEMPLATES)."""
     problems: tuple[str, ...] = ()
     """Static reasons a run on this model cannot start (it still shows in the picker)."""
     where: str = ""
@@ -195,6 +224,8 @@ class ProvidersConfig:
     """`[web_search]`: the WebSearch backend; None = WebSearch is not offered."""
     image_generation: ImageConfig | None = None
     """`[image_generation]`: the GenerateImage endpoint; None = GenerateImage is not offered."""
+    tab: TabConfig | None = None
+    """`[tab]`: the model serving Tab; None = Tab passes to Cursor untouched."""
     features: FeaturesConfig = FeaturesConfig()
     """`[features]`: the models answering Cursor's other AI calls (commit messages, titles, ...)."""
 
@@ -203,6 +234,15 @@ class ProvidersConfig:
 
     def lookup(self, public_id: str) -> ModelRoute | None:
         return self._by_id.get(public_id)  # type: ignore[attr-defined]
+
+    @property
+    def agent_models(self) -> tuple[ModelRoute, ...]:
+        """The models the agent can run on (the model picker): not the fill-in-the-middle ones."""
+        return tuple(m for m in self.models if m.kind in CHAT_KINDS)
+
+    @property
+    def tab_route(self) -> ModelRoute | None:
+        return None if self.tab is None else self.lookup(self.tab.model)
 
     def feature_route(self, feature: str) -> ModelRoute | None:
         """The model answering one of `FEATURES` (or `default`), or None: the call passes upstream."""
@@ -238,13 +278,14 @@ MODEL_KEYS = frozenset(
     {
         "id", "display_name", "context_tokens", "max_output_tokens", "reasoning_effort",
         "thinking_budget_tokens", "extra_body", "supports_images", "supports_thinking",
-        "compact_at", "summary_model", "prices",
+        "compact_at", "summary_model", "prices", "fim",
     }
 )
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 WEB_SEARCH_KEYS = frozenset({"kind", "base_url", "api_key_env", "api_key", "max_results"})
 IMAGE_GENERATION_KEYS = frozenset({"base_url", "model", "api_key_env", "api_key", "size"})
-TABLES = ("web_search", "image_generation", "features")
+TAB_KEYS = frozenset({"model", "max_tokens", "max_lines"})
+TABLES = ("web_search", "image_generation", "tab", "features")
 
 
 class _Lines:
@@ -341,9 +382,11 @@ class _Validator:
                     )
                 seen_ids[route.public_id] = where
                 routes.append(route)
-        return ProvidersConfig(self.path, tuple(self._resolve_summary_models(routes, providers)),
+        routes = self._resolve_summary_models(routes, providers)
+        return ProvidersConfig(self.path, tuple(routes),
                                web_search=self.web_search(data.get("web_search")),
                                image_generation=self.image_generation(data.get("image_generation")),
+                               tab=self.tab(data.get("tab"), routes),
                                features=self.features(data.get("features"), routes))
 
     def _resolve_summary_models(self, routes: list[ModelRoute], providers: list[dict]) -> list[ModelRoute]:
@@ -370,6 +413,9 @@ class _Validator:
                     raise self.fail(f"summary_model {ref!r} names no model in this file; write a model id of "
                                     f"provider {route.provider!r}, or \"<provider>/<model id>\"",
                                     where=where, p=p, m=m, key="summary_model")
+                if target.kind not in CHAT_KINDS:
+                    raise self.fail(f"summary_model {ref!r} is a fill-in-the-middle model ({target.kind}); "
+                                    "summaries need a chat model", where=where, p=p, m=m, key="summary_model")
                 out.append(replace(route, summary_model=None if target.public_id == route.public_id
                                    else target.public_id))
         return out
@@ -435,6 +481,35 @@ class _Validator:
             raise self.table_fail("web_search", "max_results must be an integer from 1 to 20", "max_results")
         return SearchConfig(kind, base_url, api_key=api_key, api_key_env=api_key_env, max_results=max_results)
 
+    def tab(self, raw: Any, routes: list[ModelRoute]) -> TabConfig | None:
+        entry = self._table("tab", raw, TAB_KEYS)
+        if entry is None:
+            return None
+        ref = entry.get("model")
+        if not isinstance(ref, str) or not ref.strip():
+            raise self.table_fail("tab", 'model is required: "<provider name>/<model id>" (or a model id unique '
+                                  "in this file)", "model")
+        name, _, model_id = ref.partition("/")
+        matches = [r for r in routes if r.provider == name and r.model_id == model_id]
+        if not matches:
+            matches = [r for r in routes if r.model_id == ref]
+            if len(matches) > 1:
+                raise self.table_fail("tab", f"model {ref!r} is the id of {len(matches)} models ("
+                                      + ", ".join(f"{r.provider}/{r.model_id}" for r in matches)
+                                      + '); write "<provider name>/<model id>"', "model")
+        if not matches:
+            raise self.table_fail("tab", f"model {ref!r} names no model in this file; write "
+                                  '"<provider name>/<model id>"', "model")
+
+        def positive(key: str, default: int, most: int) -> int:
+            value = entry.get(key, default)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+                raise self.table_fail("tab", f"{key} must be an integer from 1 to {most}", key)
+            return value
+
+        return TabConfig(matches[0].public_id, max_tokens=positive("max_tokens", TAB_DEFAULT_MAX_TOKENS, 4096),
+                         max_lines=positive("max_lines", TAB_DEFAULT_MAX_LINES, 200))
+
     def image_generation(self, raw: Any) -> ImageConfig | None:
         entry = self._table("image_generation", raw, IMAGE_GENERATION_KEYS)
         if entry is None:
@@ -456,8 +531,12 @@ class _Validator:
         entry = self._table("features", raw, frozenset((*FEATURES, "default")))
         if entry is None:
             return FeaturesConfig()
-        return FeaturesConfig(tuple((key, self.named_model("features", key, ref, routes).public_id)
-                                    for key, ref in entry.items()))
+        named = [(key, self.named_model("features", key, ref, routes)) for key, ref in entry.items()]
+        for key, route in named:
+            if route.kind in FIM_KINDS:
+                raise self.table_fail("features", f"{key} names {route.provider}/{route.model_id}, a fill-in-the-middle "
+                                      f"model ({route.kind}): it serves Tab only; name a chat model", key)
+        return FeaturesConfig(tuple((key, route.public_id) for key, route in named))
 
     def named_model(self, table: str, key: str, ref: Any, routes: list[ModelRoute]) -> ModelRoute:
         """The model a top-level table names as "<provider name>/<model id>" (the model id may hold
@@ -532,9 +611,9 @@ class _Validator:
         prompt_cache_key = entry.get("prompt_cache_key", False)
         if not isinstance(prompt_cache_key, bool):
             raise fail("prompt_cache_key must be true or false", "prompt_cache_key")
-        if prompt_cache_key and kind == "anthropic":
-            raise fail("prompt_cache_key is for openai_chat / openai_responses; anthropic providers always get "
-                       "cache_control breakpoints", "prompt_cache_key")
+        if prompt_cache_key and kind not in ("openai_chat", "openai_responses"):
+            raise fail("prompt_cache_key is for openai_chat / openai_responses (anthropic providers always get "
+                       "cache_control breakpoints)", "prompt_cache_key")
 
         models = entry.get("models")
         if not isinstance(models, list) or not models or not all(isinstance(m, dict) for m in models):
@@ -629,6 +708,19 @@ class _Validator:
                            "are optional and default to the input price", "prices")
             prices = Prices.of(table)
 
+        fim = entry.get("fim", "suffix")
+        if "fim" in entry and kind not in FIM_KINDS:
+            raise fail(f"fim is for fill-in-the-middle kinds ({', '.join(FIM_KINDS)}); a {kind} model serving Tab "
+                       "gets a chat prompt", "fim")
+        if fim not in FIM_TEMPLATES:
+            got = f" (got {fim!r})" if isinstance(fim, str) else ""
+            raise fail(f"fim must be one of {', '.join(FIM_TEMPLATES)}{got}", "fim")
+        if kind == "mistral_fim" and fim != "suffix":
+            raise fail("fim must be \"suffix\" for mistral_fim: Mistral's FIM endpoint takes prompt and suffix", "fim")
+        if kind in FIM_KINDS:
+            for key in ("reasoning_effort", "supports_images", "supports_thinking", "compact_at", "summary_model"):
+                if key in entry:
+                    raise fail(f"{key} is for chat models; a {kind} model only serves Tab", key)
         supports_images = flag("supports_images", False)
         supports_thinking = flag("supports_thinking", effort is not None or thinking_budget is not None)
 
@@ -658,6 +750,7 @@ class _Validator:
             supports_thinking=supports_thinking,
             compact_at=float(compact_at),
             prices=prices,
+            fim=fim,
             problems=tuple(problems),
             where=full_where,
         )
@@ -797,6 +890,11 @@ class ProvidersFile(WatchedFile):
     def models(self) -> tuple[ModelRoute, ...]:
         return self.current().models
 
+    @property
+    def agent_models(self) -> tuple[ModelRoute, ...]:
+        """The models the agent can run on: the picker's (fill-in-the-middle models serve Tab only)."""
+        return self.current().agent_models
+
     def lookup(self, public_id: str) -> ModelRoute | None:
         """The route for `requested_model.model_id`, or None (not a user model: pass upstream)."""
         return self.current().lookup(public_id)
@@ -833,8 +931,9 @@ class ProvidersFile(WatchedFile):
         return self._use(config)
 
     def _use(self, config: ProvidersConfig) -> bool:
-        changed = (config.models, config.web_search, config.image_generation, config.features) != (
-            self._config.models, self._config.web_search, self._config.image_generation, self._config.features)
+        changed = (config.models, config.web_search, config.image_generation, config.tab, config.features) != (
+            self._config.models, self._config.web_search, self._config.image_generation, self._config.tab,
+            self._config.features)
         self._config = config
         if changed:
             self.generation += 1

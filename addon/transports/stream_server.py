@@ -244,8 +244,13 @@ class StreamServer:
                 serving.cancel()
                 await asyncio.wait([serving])
             gone.cancel()
-        if not serving.cancelled() and serving.exception() is not None:
-            log.error("one-shot call failed", exc_info=serving.exception())
+        if gone.done() and not gone.cancelled():
+            gone.exception()  # retrieved: a reset connection is the client leaving, not an error
+        error = None if serving.cancelled() else serving.exception()
+        if isinstance(error, ConnectionError):
+            log.debug("one-shot call: the client went away while it was answered (%s)", error)
+        elif error is not None:
+            log.error("one-shot call failed", exc_info=error)
 
     async def _stream(self, run: Run, writer: asyncio.StreamWriter) -> None:
         writer.write(

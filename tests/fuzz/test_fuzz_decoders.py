@@ -5,7 +5,8 @@ Targets (each at least FUZZ_CASES generated cases, counted and asserted):
   bidi_append    cursor.bidi.decode_bidi_append / decode_run_sse (unary, enveloped) -> ConnectError
   live_run       AgentClientMessage sequences delivered to a live Run with pending KV and exec ids
                                                                                   -> a RunError that is not InternalError
-  sse_<kind>     the three provider SSE folds (bytes -> lines -> events -> ModelCycle) -> ProviderError
+  sse_<kind>     the provider SSE folds, the three chat dialects and the FIM kinds' (bytes -> lines -> events
+                 -> ModelCycle)                                                    -> ProviderError
   contentview    the Cursor Agent content view renderers                          -> never raise
   providers      the providers-file parser                                        -> ConfigFileError
 
@@ -296,6 +297,10 @@ SSE_VOCABULARY = {
                   ["type", "message", "index", "content_block", "delta", "text", "thinking", "signature",
                    "partial_json", "id", "name", "input", "stop_reason", "usage", "input_tokens", "output_tokens",
                    "error", "tool_use", "text_delta", "input_json_delta", "thinking_delta", "content"]),
+    # the fill-in-the-middle kinds' one fold (legacy choices[].text and Mistral's delta.content)
+    "openai_completions": (["", "message"], ["id", "object", "choices", "text", "delta", "content", "index",
+                                              "finish_reason", "usage", "prompt_tokens", "completion_tokens",
+                                              "prompt_tokens_details", "cached_tokens", "error", "message", "logprobs"]),
 }
 
 
@@ -336,7 +341,12 @@ def fold_bytes(kind: str, raw: bytes) -> None:
     from byok.providers.base import ModelCycle
     from byok.providers.io import _feed
 
-    fold = adapter_for(kind).new_fold("fuzz")
+    if kind == "openai_completions":
+        from byok.providers.openai_completions import Fold
+
+        fold = Fold("fuzz")
+    else:
+        fold = adapter_for(kind).new_fold("fuzz")
     cycle = ModelCycle()
     lines, sse = SSELineDecoder(), SSEDecoder()
     try:

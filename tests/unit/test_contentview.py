@@ -371,6 +371,37 @@ def test_http2_run_streams_are_decoded_both_ways(registered):
     assert title == "Cursor Agent: Run request: 2 frame(s), still streaming"
 
 
+def test_stream_cpp_request_and_frames_are_decoded(registered):
+    from byok.proto import cpp_pb2 as cpb
+
+    request = cpb.StreamCppRequest(current_file=cpb.CurrentFileInfo(
+        relative_workspace_path="a.py", contents="x = \r\ny", cursor_position=cpb.CursorPosition(line=0, column=4),
+        contents_start_at_line=7, line_ending="\r\n"))
+    frames = b"".join(env(m) for m in (
+        cpb.StreamCppResponse(model_info=cpb.StreamCppResponse.ModelInfo()),
+        cpb.StreamCppResponse(range_to_replace=cpb.LineRange(start_line_number=8, end_line_number_inclusive=8)),
+        cpb.StreamCppResponse(text="x = 1"), cpb.StreamCppResponse(done_stream=True))) + connect.encode_end_stream()
+    flow = flow_for("/aiserver.v1.AiService/StreamCpp", request_body=env(request),
+                    request_type="application/connect+proto", response_body=frames)
+    description, lines = auto(flow.request, flow)
+    assert description == "Cursor: StreamCpp request: 1 frame(s), no end-stream yet"
+    assert "file=a.py cursor=0:4 lines=2 contents_start_at_line=7 line_ending='\\r\\n'" in lines[0]
+    description, lines = auto(flow.response, flow)
+    assert description == "Cursor: StreamCpp response: 5 frame(s), ended"
+    heads = [line for line in lines if line.startswith("[")]
+    assert ["model_info" in heads[0], "range 8-8" in heads[1], "text 'x = 1'" in heads[2],
+            "done_stream" in heads[3], "ok" in heads[4]] == [True] * 5
+
+
+def test_unary_tab_rpcs_are_decoded(registered):
+    from byok.proto import cpp_pb2 as cpb
+
+    flow = flow_for("/aiserver.v1.AiService/CppConfig", request_body=cpb.CppConfigRequest(model="m").SerializeToString(),
+                    response_body=cpb.CppConfigResponse(is_on=True).SerializeToString(), response_type="application/proto")
+    description, lines = auto(flow.response, flow)
+    assert description == "Cursor: CppConfig response" and any("is_on: true" in line for line in lines)
+
+
 def test_the_one_shot_calls_and_is_connected_are_decoded(registered):
     """Issue 23: commit messages (unary, proto and JSON), Cmd-K (a server stream of wrapped responses),
     IsConnected."""
