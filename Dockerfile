@@ -13,7 +13,8 @@ RUN pip install '.[team]'
 COPY deploy/entrypoint.sh /usr/local/bin/byok-entrypoint
 
 # The CA lives in /data/mitmproxy (a volume: keep it, every replica and client shares it).
-RUN useradd --system --home-dir /data --create-home byok && mkdir -p /data/mitmproxy && chown -R byok /data
+# A fixed uid, so the docs can say whom the mounted files must be readable by (chown 10001).
+RUN useradd --system --uid 10001 --home-dir /data --create-home byok && mkdir -p /data/mitmproxy && chown -R byok /data
 USER byok
 VOLUME ["/data"]
 EXPOSE 8080

@@ -54,6 +54,7 @@ class Backend:
         """store.fence.FenceListener on PostgreSQL: runs fenced by another replica end here at once."""
         self._ready = asyncio.Event()
         self._gc_task: asyncio.Future | None = None
+        self._team_watch: asyncio.Task | None = None
 
     # ---- lifecycle ------------------------------------------------------------------------------
 
@@ -70,7 +71,15 @@ class Backend:
         if self.team.enabled and not ctx.options.proxyauth:
             log.error("byok_team is set but proxyauth is not: no client has a user name, so every local run "
                       "is refused (docs/team.md)")
-        self.store = await AsyncStore.open(settings.db)
+        if self.team.enabled and ctx.options.byok_config_poll_ms > 0:  # a broken edit is reported promptly
+            self._team_watch = asyncio.ensure_future(self.team.file.watch(ctx.options.byok_config_poll_ms / 1000))
+        from byok.store.db import DatabaseUnavailable
+
+        try:
+            self.store = await AsyncStore.open(settings.db)
+        except DatabaseUnavailable as e:  # one line, no traceback: mitmproxy exits on this error at start
+            log.error("cursor-byok cannot open its database (byok_db=%s): %s", _shown(settings.db), e)
+            return
         if self.store.dialect == "postgresql":
             self.replica = settings.replica or f"{socket.gethostname()}:{os.getpid()}"
         self.http = make_client()
@@ -80,7 +89,7 @@ class Backend:
             store=self.store, lookup_model=self.providers.lookup, prompts=prompts, http=self.http,
             clock=clock, ids=ids, verbose_llm=settings.verbose_llm, team=self.team, replica=self.replica,
             provider_limits=self.provider_limits,
-            user_models=lambda: list(self.providers.models), warm=WarmCache(settings.warm_cache_mib << 20),
+            user_models=lambda: list(self.providers.agent_models), warm=WarmCache(settings.warm_cache_mib << 20),
         )
         self.runtime = Runtime(
             is_user_model=lambda model_id: self.providers.lookup(model_id) is not None,
@@ -127,10 +136,13 @@ class Backend:
             search=search_backend(config.web_search) if config.web_search else None,
             images=ImageBackend(config.image_generation) if config.image_generation else None,
             fetch=FetchPolicy(allow_private=self.settings.web_fetch_private,
-                              max_bytes=self.settings.web_fetch_max_kb * 1024),
+                              max_bytes=self.settings.web_fetch_max_kb * 1024,
+                              check_redirects=self.settings.web_fetch_check_redirects),
         )
 
     async def done(self) -> None:
+        if self._team_watch is not None:
+            self._team_watch.cancel()
         if self._gc_task is not None:
             await asyncio.wait([self._gc_task], timeout=5)
         if self.fence is not None:

@@ -9,7 +9,13 @@ mitmweb, mitmproxy and mitmdump pick it automatically (their "auto" view) for:
   BidiAppend requests (request id, seqno, and the hex `data`, or the raw `data_binary` of newer
   clients, decoded as an `AgentClientMessage`), unary or enveloped;
 - GetServerConfig and GetDefaultModelForCli (unary calls cursor-byok may rewrite): the message as
-  JSON, unknown fields numbered.
+  JSON, unknown fields numbered;
+- the one-shot calls cursor-byok can answer (`byok.assist.SERVICES`: commit messages, branch names,
+  titles, terminal, Cmd-K, Tab) and NetworkService/IsConnected: unary bodies as their messages,
+  server streams one entry per frame (the oneof branch, e.g. `real_response.edit_stream`).
+  Tab's StreamCpp frames are summarized by what they carry (model_info / range a-b / text / done_stream),
+  its request by file, cursor, contents_start_at_line and line ending; CppConfig and
+  CppService/AvailableModels (answered or rewritten by tab_config.py) as their messages.
 Other `application/connect+*` bodies get the envelope listing without message types.
 
 The renderers are pure functions (bytes -> lines of `(style, text)`), testable without mitmproxy;
@@ -34,11 +40,12 @@ from google.protobuf.message import DecodeError, Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 from mitmproxy import contentviews, http
 
-from byok.proto import agent_pb2 as apb, aiserver_pb2 as spb
+from byok.proto import agent_pb2 as apb, aiserver_pb2 as spb, cpp_pb2 as cpb, features_pb2 as fpb
 
 from .wire import connect
 from .agent.cursor.bidi import append_message
-from .router import BIDI_APPEND_PATH, RUN_PATH, RUN_SSE_PATH
+from .connectivity import IS_CONNECTED_PATH
+from .router import BIDI_APPEND_PATH, ONE_SHOT_PATHS, RUN_PATH, RUN_SSE_PATH
 
 VIEW_NAME = "Cursor Agent"
 """URL-safe apart from the space (mitmweb: `/flows/<id>/response/content/Cursor%20Agent.json`)."""
@@ -171,9 +178,13 @@ def _set_oneof(message: Message) -> str | None:
 def summarize(message: Message, id_labels: dict[str, str]) -> tuple[str, list[str]]:
     """(kind, ids): the oneof branch and its nested branch (`interaction_update.text_delta`), and the
     ids that pair messages (KV id, exec/interaction id, call ids, blob id prefixes)."""
-    if "message" not in message.DESCRIPTOR.oneofs_by_name:  # e.g. BidiRequestId
+    if isinstance(message, cpb.StreamCppResponse):
+        return _cpp_frame(message), []
+    if isinstance(message, cpb.StreamCppRequest):
+        return "StreamCppRequest", _cpp_request(message)
+    if not any(not oneof.name.startswith("_") for oneof in message.DESCRIPTOR.oneofs):  # e.g. BidiRequestId
         return message.DESCRIPTOR.name, _ids(message, None)
-    branch = message.WhichOneof("message")
+    branch = _set_oneof(message)
     if branch is None:
         return "empty", []
     sub = getattr(message, branch)
@@ -202,6 +213,31 @@ def _ids(message: Message, id_label: str | None) -> list[str]:
             out.append(f"{id_label}={value}")
         elif value:
             out.append(f"{label}={value.hex()[:ID_PREFIX] if isinstance(value, bytes) else _one_line(value)}")
+    return out
+
+
+def _cpp_frame(frame: cpb.StreamCppResponse) -> str:
+    """What a StreamCpp frame says, in the order the client reads it."""
+    parts = [name for name in ("model_info", "begin_edit") if frame.HasField(name)]
+    if frame.HasField("range_to_replace"):
+        r = frame.range_to_replace
+        parts.append(f"range {r.start_line_number}-{r.end_line_number_inclusive}")
+    if frame.text:
+        parts.append(f"text {_one_line(frame.text)!r}")
+    parts += [name for name in ("cursor_prediction_target", "done_edit", "done_stream") if frame.HasField(name)]
+    return " + ".join(parts) or "empty"
+
+
+def _cpp_request(request: cpb.StreamCppRequest) -> list[str]:
+    f = request.current_file
+    out = [f"file={f.relative_workspace_path or '-'}", f"cursor={f.cursor_position.line}:{f.cursor_position.column}",
+           f"lines={f.contents.count(chr(10)) + 1 if f.contents else 0}"]
+    if f.contents_start_at_line:
+        out.append(f"contents_start_at_line={f.contents_start_at_line}")
+    if f.HasField("line_ending"):
+        out.append(f"line_ending={f.line_ending!r}")
+    if f.rely_on_filesync:
+        out.append("rely_on_filesync")
     return out
 
 
@@ -426,9 +462,15 @@ UNARY_MESSAGES: dict[str, tuple[type[Message], type[Message]]] = {
     "/aiserver.v1.AiService/GetServerConfig": (spb.GetServerConfigRequest, spb.GetServerConfigResponse),
     "/aiserver.v1.AiService/GetDefaultModelForCli": (
         spb.GetDefaultModelForCliRequest, spb.GetDefaultModelForCliResponse),
+    "/aiserver.v1.AiService/CppConfig": (cpb.CppConfigRequest, cpb.CppConfigResponse),
+    "/aiserver.v1.CppService/AvailableModels": (cpb.AvailableCppModelsRequest, cpb.AvailableCppModelsResponse),
+    IS_CONNECTED_PATH: (fpb.IsConnectedRequest, fpb.IsConnectedResponse),
+    **{path: (s.request_type, s.response_type) for path, s in ONE_SHOT_PATHS.items() if not s.streaming},
 }
 """Unary RPCs whose bodies the view decodes: path -> (request, response) message classes."""
-
+STREAM_MESSAGES: dict[str, tuple[type[Message], type[Message]]] = {
+    path: (s.request_type, s.response_type) for path, s in ONE_SHOT_PATHS.items() if s.streaming}
+"""Server-streaming one-shot RPCs: path -> (request, response) message classes, one per frame."""
 
 def render_unary(body: bytes, message_class: type[Message], content_type: str | None = None) -> list[Line]:
     """A unary Connect body: protobuf (`application/proto`), enveloped, or JSON shown as is."""
@@ -452,11 +494,15 @@ def render_unary(body: bytes, message_class: type[Message], content_type: str | 
     return [head] + [[("text", "    "), ("text", f"{key}: {compact(value)}")] for key, value in rendered.items()]
 
 
-def describe_stream(data: bytes, what: str) -> str:
-    """The view's title line: frame count, end-stream state, incomplete tail."""
+def describe_stream(data: bytes, what: str, *, request_complete: bool | None = None) -> str:
+    """The view's title line: frame count, end state, incomplete tail. A client's request stream has
+    no end-stream envelope (it ends with the request itself): for one, `request_complete` says
+    whether the request has ended."""
     frames, tail = connect.split_envelopes(data)
     parts = [f"{what}: {len(frames)} frame(s)"]
-    if frames and frames[-1][0] & connect.FLAG_END_STREAM:
+    if request_complete is not None:
+        parts.append("ended" if request_complete else "still streaming")
+    elif frames and frames[-1][0] & connect.FLAG_END_STREAM:
         parts.append("ended")
     elif tail or frames:
         parts.append("no end-stream yet")
@@ -468,9 +514,16 @@ def describe_stream(data: bytes, what: str) -> str:
 # ---- mitmproxy --------------------------------------------------------------------------------------------
 
 
+def _request_complete(http_message: Any) -> bool | None:
+    """For a request (a client stream, no end-stream envelope): whether it has ended; None for a response."""
+    if isinstance(http_message, http.Request):
+        return http_message.timestamp_end is not None
+    return None
+
+
 def _target(flow: Any, http_message: Any, content_type: str | None) -> str | None:
     """Which body this is: 'run_sse_request' | 'run_sse_response' | 'bidi_append' | 'unary_request'
-    | 'unary_response' | 'connect' | None."""
+    | 'unary_response' | 'stream_request' | 'stream_response' | 'connect' | None."""
     if isinstance(http_message, http.Message) and flow is not None and getattr(flow, "request", None) is not None:
         path = flow.request.path.split("?", 1)[0]
         is_request = isinstance(http_message, http.Request)
@@ -482,6 +535,8 @@ def _target(flow: Any, http_message: Any, content_type: str | None) -> str | Non
             return "bidi_append"
         if path in UNARY_MESSAGES:
             return "unary_request" if is_request else "unary_response"
+        if path in STREAM_MESSAGES:
+            return "stream_request" if is_request else "stream_response"
     if content_type and content_type.startswith("application/connect+"):
         return "connect"
     return None
@@ -510,12 +565,15 @@ class CursorAgentView(contentviews.Contentview):
         target = _target(flow, http_message, content_type)
         if target == "bidi_append":
             return "Cursor Agent: BidiAppend", iter(render_bidi_append(data, content_type))
+        complete = _request_complete(http_message)
         if target == "run_sse_request":
-            return describe_stream(data, "Cursor Agent: RunSSE request"), iter(render_run_sse_request(data))
+            return (describe_stream(data, "Cursor Agent: RunSSE request", request_complete=complete),
+                    iter(render_run_sse_request(data)))
         if target == "run_request":
             if not data:
                 return "Cursor Agent: Run request: no bytes yet", iter([])
-            return describe_stream(data, "Cursor Agent: Run request"), iter(render_client_stream(data))
+            return (describe_stream(data, "Cursor Agent: Run request", request_complete=complete),
+                    iter(render_client_stream(data)))
         if target == "run_response":
             if not data:
                 return "Cursor Agent: Run response: no bytes yet", iter([])
@@ -526,10 +584,18 @@ class CursorAgentView(contentviews.Contentview):
             message_class = UNARY_MESSAGES[path][0 if target == "unary_request" else 1]
             title = f"Cursor: {path.rsplit('/', 1)[-1]} {target.split('_')[1]}"
             return title, iter(render_unary(data, message_class, content_type))
+        if target in ("stream_request", "stream_response"):
+            path = flow.request.path.split("?", 1)[0]
+            message_class = STREAM_MESSAGES[path][0 if target == "stream_request" else 1]
+            what = f"Cursor: {path.rsplit('/', 1)[-1]} {target.split('_')[1]}"
+            if not data:
+                return f"{what}: no bytes yet", iter([])
+            return (describe_stream(data, what, request_complete=complete),
+                    iter_envelopes(data, message_class.FromString, {}))
         if target in ("run_sse_response", None) and not data:
             return "Cursor Agent: RunSSE response: no bytes yet", iter([])
         if target == "connect":
-            return describe_stream(data, "Connect stream"), iter_envelopes(data, None, {})
+            return describe_stream(data, "Connect stream", request_complete=complete), iter_envelopes(data, None, {})
         # RunSSE response, or picked by hand for an unknown body: read it as a server stream
         lines = iter_envelopes(data, apb.AgentServerMessage.FromString, _SERVER_ID_LABEL)
         return describe_stream(data, "Cursor Agent: RunSSE response"), lines

@@ -108,7 +108,7 @@ class DashboardEndpoint:
         server = self.backend.server
         token = secrets.token_urlsafe(24)
         server.expect_call(token, lambda response: self._events(viewer, response))
-        point_at_loopback(flow, server.port, CALL_HEADER, token)
+        point_at_loopback(flow, server, CALL_HEADER, token)
 
     async def _events(self, viewer: Viewer, response) -> None:
         """The live panel as server-sent events, sent whenever it changed, until the page is closed

@@ -8,12 +8,15 @@ from .backend import Backend
 from .contentview import ContentViewRegistrar
 from .dashboard_endpoint import DashboardEndpoint
 from .duplex import VersionGate
-from .models import ModelListInjector
+from .connectivity import ConnectivityAnswer
+from .models import ModelListInjector, UpstreamProbe
 from .options import Options
 from .providers_file import ProvidersFileAddon
 from .recorder import Recorder
 from .server_config import ServerConfigRewriter
 from .status import StatusEndpoint
+from .tab_config import TabConfig
+from .tab_observe import TabObserver
 from .transports.loopback import FlowStreaming
 from .transports.one_shot import OneShotCalls
 from .transports.run_h2 import RunH2Headers
@@ -37,6 +40,8 @@ def make_addons() -> list:
     recorder = Recorder()
     access = ClientAccess()
     backend = Backend(providers, recorder, access)
+    probe = UpstreamProbe()
+    # one memory of whether Cursor is reachable, for the model lists and IsConnected
     return [
         VersionGate(),
         Options(),
@@ -44,14 +49,17 @@ def make_addons() -> list:
         ContentViewRegistrar(),
         ProvidersFileAddon(providers),
         recorder,
-        ModelListInjector(providers, may_see_user_models=access.allows, routes_for=backend.routes_for_flow),
-        StatusEndpoint(providers),
+        ModelListInjector(providers, probe, may_see_user_models=access.allows, routes_for=backend.routes_for_flow),
+        ConnectivityAnswer(providers, probe),
+        StatusEndpoint(providers, routes_for=backend.routes_for_flow, team=lambda: backend.team),
         ServerConfigRewriter(),
         backend,
         FlowStreaming(backend, recorder),
+        TabConfig(providers, probe),
         RunH2Headers(backend, recorder),
         RunSseTransport(backend),
         OneShotCalls(backend),
+        TabObserver(backend),
         DashboardEndpoint(backend),  # after the transports: reads the backend's runtime and stream server
         StoreWiring(backend, recorder),
     ]

@@ -112,7 +112,7 @@ def available_model(route: ModelRoute) -> aiserver_pb2.AvailableModelsResponse.A
         supports_images=route.supports_images,
         supports_max_mode=False,  # no separate max variant: one request shape per model
         supports_non_max_mode=True,
-        supports_cmd_k=False,  # Cmd-K is not an agent run: it would reach Cursor with an unknown id
+        supports_cmd_k=True,  # Cmd-K naming this model is answered locally (addon/assist/cmdk.py)
         client_display_name=picker_name(route),
         server_model_name=route.public_id,
         inputbox_short_model_name=route.display_name,
@@ -371,6 +371,32 @@ class UpstreamProbe:
         self._known[(host, port)] = (True, self.clock() + self.ok_ttl_s, "")
         return True, ""
 
+    async def down_reason(self, flow: http.HTTPFlow) -> str | None:
+        """Why the flow's upstream is known to be unreachable (remembered, or a TCP connect of at most
+        `byok_upstream_probe_ms`), or None: reachable, not known, or not worth checking (an open
+        connection proves it is reachable; through an upstream proxy we cannot tell)."""
+        if not direct_and_unconnected(flow):
+            return None
+        host, port = flow.request.host, flow.request.port
+        known = self.cached(host, port)
+        probe_ms = getattr(ctx.options, "byok_upstream_probe_ms", 0)
+        if known is None and probe_ms > 0:
+            known = await self.reachable(host, port, probe_ms / 1000)
+        return None if known is None or known[0] else f"{host}:{port} unreachable ({known[1]})"
+
+
+def direct_and_unconnected(flow: http.HTTPFlow) -> bool:
+    """Whether reachability is worth checking: no open connection and no upstream proxy."""
+    if flow.server_conn.connected or flow.server_conn.via is not None:
+        return False  # an open connection proves reachability; via a proxy we cannot tell
+    return not any(str(mode).startswith("upstream") for mode in ctx.options.mode)
+
+
+def is_gateway_page(response: http.Response) -> bool:
+    """A 502/503/504 page from a CDN, a corporate proxy or mitmproxy itself, not a Connect answer:
+    the upstream is unreachable."""
+    return response.status_code in (502, 503, 504) and not _content_type(response.headers).startswith("application/")
+
 
 # ---- the addon ----------------------------------------------------------------------------------
 
@@ -383,7 +409,7 @@ class ModelListInjector:
                  may_see_user_models: Callable[[http.HTTPFlow], bool] | None = None,
                  routes_for: Callable[[http.HTTPFlow, Sequence[ModelRoute]], Sequence[ModelRoute]] | None = None,
                  ) -> None:
-        self._routes = (lambda: providers.models) if isinstance(providers, ProvidersFile) else providers
+        self._routes = (lambda: providers.agent_models) if isinstance(providers, ProvidersFile) else providers
         self.probe = probe or UpstreamProbe()
         self._may_see = may_see_user_models or (lambda flow: True)
         """access.py's gate: other clients get Cursor's list as it is."""
@@ -394,9 +420,11 @@ class ModelListInjector:
     def load(self, loader) -> None:
         loader.add_option(
             "byok_upstream_probe_ms", int, 3000,
-            "Before forwarding a model-list call (AvailableModels, GetUsableModels) on a new "
-            "connection, check with a TCP connect of at most this many milliseconds that the Cursor "
-            "backend is reachable; if not, answer with your own models alone. 0 disables the check.",
+            "Before forwarding a model-list call (AvailableModels, GetUsableModels) or Cursor's "
+            "connectivity probe (NetworkService/IsConnected) on a new connection, check with a TCP "
+            "connect of at most this many milliseconds that the Cursor backend is reachable; if not, "
+            "answer the model list with your own models alone, and the probe as connected while your "
+            "models serve calls. 0 disables the check (a failed connection is still remembered).",
         )
         loader.add_option(
             "byok_cli_default_model", str, "",
@@ -411,15 +439,14 @@ class ModelListInjector:
         kind = self._tag(flow)
         if kind is None or flow.response is not None:
             return
+        if kind is ModelList.CPP_AVAILABLE:
+            return  # Tab's list is never made up here (with [tab], tab_config.py answers it)
         routes = self._active_routes(flow)
-        if not routes or not self._direct_and_unconnected(flow):
+        if not routes:
             return
-        host, port = flow.request.host, flow.request.port
-        known = self.probe.cached(host, port)
-        if known is None and ctx.options.byok_upstream_probe_ms > 0:
-            known = await self.probe.reachable(host, port, ctx.options.byok_upstream_probe_ms / 1000)
-        if known is not None and not known[0] and kind is not ModelList.CPP_AVAILABLE:
-            self._answer_locally(flow, kind, routes, f"{host}:{port} unreachable ({known[1]})")
+        why = await self.probe.down_reason(flow)
+        if why is not None:
+            self._answer_locally(flow, kind, routes, why)
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         # The body is rewritten in `response`, so it must be buffered, whatever other addons chose.
@@ -435,9 +462,7 @@ class ModelListInjector:
             return
         resp = flow.response
         ctype = _content_type(resp.headers)
-        if resp.status_code in (502, 503, 504) and not ctype.startswith("application/") \
-                and kind is not ModelList.CPP_AVAILABLE:  # Tab's list is not ours to make up
-            # a gateway page (CDN, corporate proxy), not a Connect answer: upstream is unreachable
+        if is_gateway_page(resp) and kind is not ModelList.CPP_AVAILABLE:  # Tab's list is not ours to make up
             self._answer_locally(flow, kind, routes, f"upstream answered {resp.status_code} {ctype or '-'}")
             return
         if resp.status_code != 200 or ctype not in (UNARY_TYPE, ENVELOPED_TYPE):
@@ -493,13 +518,6 @@ class ModelListInjector:
         if kind is not None:
             flow.metadata[METADATA_KEY] = kind.value
         return kind
-
-    @staticmethod
-    def _direct_and_unconnected(flow: http.HTTPFlow) -> bool:
-        """Whether reachability is worth checking: no open connection and no upstream proxy."""
-        if flow.server_conn.connected or flow.server_conn.via is not None:
-            return False  # an open connection proves reachability; via a proxy we cannot tell
-        return not any(str(mode).startswith("upstream") for mode in ctx.options.mode)
 
     def _answer_locally(self, flow: http.HTTPFlow, kind: ModelList, routes: Sequence[ModelRoute],
                         why: str) -> None:

@@ -46,6 +46,7 @@ class Settings:
     provider_headers_s: float = 300.0
     web_fetch_private: bool = False
     web_fetch_max_kb: int = 2048
+    web_fetch_check_redirects: bool = True
     team: Path | None = None
     """The team file (docs/team.md); None: the single-user proxy."""
     replica: str = ""
@@ -133,6 +134,12 @@ class Options:
             "URLs are refused before you are asked, so the model cannot aim your machine at them.",
         )
         loader.add_option(
+            "byok_web_fetch_check_redirects", bool, True,
+            "WebFetch: once you approved a URL, the proxy follows its redirects itself (headers only), checks "
+            "each next address before it is requested, and has Cursor fetch where they end. Off: Cursor follows "
+            "redirects on its own and only where it ended up is checked, after the fetch.",
+        )
+        loader.add_option(
             "byok_web_fetch_max_kb", int, 2048,
             "WebFetch reads at most this many KB of a page Cursor fetched; the rest is cut and the model is told.",
         )
@@ -185,6 +192,7 @@ def current() -> Settings:
         provider_headers_s=parse_seconds("byok_provider_headers_s", o.byok_provider_headers_s),
         web_fetch_private=o.byok_web_fetch_private,
         web_fetch_max_kb=o.byok_web_fetch_max_kb,
+        web_fetch_check_redirects=o.byok_web_fetch_check_redirects,
         team=Path(o.byok_team).expanduser() if o.byok_team else None,
         replica=o.byok_replica,
         warm_cache_mib=o.byok_warm_cache_mib,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 
 from mitmproxy import ctx
 from mitmproxy.utils.asyncio_utils import create_task
@@ -21,13 +22,16 @@ class ProvidersFileAddon:
 
     def __init__(self, providers: ProvidersFile | None = None) -> None:
         self.providers = providers or ProvidersFile()
+        # docs/providers.md: a broken file at start leaves the proxy running with no user models, but
+        # mitmproxy exits on any error logged while it starts; so until `running`, a warning
+        self.providers.error_level = logging.WARNING
         self._task: asyncio.Task | None = None
 
     def load(self, loader) -> None:
         loader.add_option(
             "byok_config_poll_ms", int, 2000,
-            "How often to check the providers file for changes, in milliseconds (0: only when a "
-            "model list or a run needs the config).",
+            "How often to check the providers file and the team file for changes, in milliseconds "
+            "(0: only when a model list or a run needs them).",
         )
 
     def configure(self, updated: set[str]) -> None:
@@ -38,6 +42,7 @@ class ProvidersFileAddon:
 
     async def running(self) -> None:
         self.configure({"byok_config"})  # no-op when configure already saw the option
+        self.providers.error_level = logging.ERROR
         self._restart()
 
     async def done(self) -> None:

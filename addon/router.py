@@ -11,6 +11,7 @@ import enum
 from mitmproxy import http
 
 from .assist import SERVICES
+from .connectivity import IS_CONNECTED_PATH
 from .models import MODEL_LIST_PATHS
 from .options import Settings
 from .server_config import SERVER_CONFIG_PATHS
@@ -32,6 +33,8 @@ class Rpc(enum.Enum):
     MODEL_LIST = "model_list"
     SERVER_CONFIG = "server_config"
     ONE_SHOT = "one_shot"
+    IS_CONNECTED = "is_connected"
+    """NetworkService/IsConnected: answered here while Cursor is unreachable (connectivity.py)."""
 
 
 def classify(flow: http.HTTPFlow, settings: Settings) -> Rpc | None:
@@ -55,4 +58,6 @@ def classify(flow: http.HTTPFlow, settings: Settings) -> Rpc | None:
         return Rpc.SERVER_CONFIG
     if path in ONE_SHOT_PATHS:
         return Rpc.ONE_SHOT
+    if path == IS_CONNECTED_PATH:
+        return Rpc.IS_CONNECTED
     return None

@@ -75,13 +75,13 @@ def _use_wal(conn: sqlite3.Connection) -> None:
 
 
 def connect_postgres(url: str, *, max_size: int = POOL_MAX_SIZE, migrate: bool = True) -> PostgresDatabase:
-    try:
-        import psycopg
-        from psycopg_pool import ConnectionPool
-    except ImportError:
-        raise DatabaseUnavailable(
-            "byok_db is a PostgreSQL URL but psycopg is not installed: pip install 'cursor-byok[team]'"
-        ) from None
+    from byok.extras import missing_message
+
+    if (message := missing_message("team", "a postgresql:// database")) is not None:
+        raise DatabaseUnavailable(message)
+    import psycopg
+    from psycopg_pool import ConnectionPool
+
     try:  # one plain connection first: a bad URL or a server that is down fails now, with libpq's reason
         psycopg.connect(url, connect_timeout=10).close()
     except psycopg.Error as e:

@@ -773,6 +773,20 @@ class Store:
             )
         return int(call_id)
 
+    def begin_one_shot_call(self, row: dict) -> int:
+        """A provider call outside any run (addon/assist/: commit messages, Cmd-K, ...), numbered after
+        the calls its request id already has: a client may send one x-request-id more than once."""
+        row = {**row, "status": "running"}
+        columns = _columns(row)
+        with self.db.atomic():
+            index = self.db.execute("SELECT coalesce(max(call_index) + 1, 0) FROM llm_calls WHERE request_id = ?",
+                                    [row["request_id"]]).fetchone()[0]
+            return int(self.db.execute(
+                f"INSERT INTO llm_calls({', '.join(columns)}, call_index)"
+                f" VALUES ({', '.join('?' * (len(columns) + 1))}) RETURNING id",
+                [row[c] for c in columns] + [index],
+            ).fetchone()[0])
+
     def finish_llm_call(self, call_id: int, updates: dict) -> None:
         if updates:
             columns = _columns(updates)
@@ -843,6 +857,16 @@ class Store:
                     f" first_seen_ms = {least}(w.first_seen_ms, excluded.first_seen_ms),"
                     f" last_seen_ms = {greatest}(w.last_seen_ms, excluded.last_seen_ms)",
                     [h["host"], h["rpc"], int(h["matched"]), h["count"], h["first_seen_ms"], h["last_seen_ms"]])
+
+    TAB_POSITION_COLUMNS = ("request_id", "source", "ts_ms", "client_version", "cursor_line", "cursor_column",
+                            "contents_start_at_line", "contents_lines", "total_lines", "line_ending", "column_fits",
+                            "range_start", "range_end")
+
+    def record_tab_position(self, row: dict) -> None:
+        """Where one Tab request put its cursor (migration m011; assist.tab_edit.position_facts)."""
+        columns = self.TAB_POSITION_COLUMNS
+        self.db.execute(f"INSERT INTO tab_positions({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                        [row.get(c) for c in columns])
 
     def next_frame_seq(self, request_id: str, direction: str) -> int:
         """The next frame number of (request, direction): 0 for a request never recorded."""

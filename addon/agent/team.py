@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import logging
-import os
 import re
 import tomllib
 from collections.abc import Callable
@@ -35,7 +34,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..providers.config import ConfigFileError, ModelRoute
+from ..providers.config import ConfigFileError, ModelRoute, WatchedFile, file_signature
 from ..wire.errors import AccessDenied, BudgetExceeded, ConfigError
 
 log = logging.getLogger("byok.team")
@@ -201,10 +200,16 @@ def parse_team(text: str, path: Path | str = "<team>") -> TeamConfig:
     return TeamConfig(path=path, defaults=defaults, groups=tuple(groups), users=users, admins=frozenset(admins))
 
 
-class TeamFile:
-    """The team file of one path, reloaded when it changes (a bad edit keeps the last good one)."""
+class TeamFile(WatchedFile):
+    """The team file of one path, reloaded when it changes (a bad edit keeps the last good one).
+
+    Broken or missing at start, it is an error (mitmproxy exits): the team rules must be known
+    before anyone is served."""
+
+    what = "team file"
 
     def __init__(self, path: Path | str | None = None) -> None:
+        super().__init__()
         self.path = Path(path).expanduser() if path else None
         self._config = TeamConfig(self.path)
         self._sig: tuple | None | str = "unset"
@@ -223,32 +228,29 @@ class TeamFile:
     def policy(self, user: str) -> UserPolicy:
         return self.current().policy(user)
 
-    def refresh(self) -> None:
+    def _reload(self, force: bool) -> bool:
         if self.path is None:
-            return
-        try:
-            st = os.stat(self.path)
-            sig: tuple | None = (st.st_mtime_ns, st.st_size, st.st_ino)
-        except FileNotFoundError:
-            sig = None
-        if sig == self._sig:
-            return
+            return False
+        sig = file_signature(self.path)
+        if sig == self._sig and not force:
+            return False
         self._sig = sig
         if sig is None:
             self.last_error = ConfigFileError(self.path, "team file not found")
             log.error("team file %s not found: no user may start a local run until it exists", self.path)
             self._config = TeamConfig(self.path, defaults={"models": ()})
-            return
+            return True
         try:
             self._config = parse_team(self.path.read_text(encoding="utf-8"), self.path)
         except (ConfigFileError, OSError, UnicodeDecodeError) as e:
             self.last_error = e if isinstance(e, ConfigFileError) else ConfigFileError(self.path, str(e))
             log.error("team file error: %s; keeping the last good team config", self.last_error)
-            return
+            return False
         self.last_error = None
         config = self._config
         log.info("team file %s: %d group(s), %d user(s) named, defaults: %s", self.path, len(config.groups),
                  len(config.users), ", ".join(f"{k}={v}" for k, v in config.defaults.items() if k != "keys") or "-")
+        return True
 
 
 def used_tokens(kind: str | None, usage: dict[str, int]) -> int:

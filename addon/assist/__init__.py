@@ -9,8 +9,12 @@ terminal completion, Cmd-K. No conversation, no tools, no checkpoints: each serv
 from __future__ import annotations
 
 from .call import CallContext, OneShot
+from . import cmdk, commit, names, terminal, titles  # noqa: E402 (after .call, which they import)
+from .tab import SERVICES as TAB  # noqa: E402
 
-SERVICES: tuple[OneShot, ...] = ()
+SERVICES: tuple[OneShot, ...] = (
+    *TAB, *commit.SERVICES, *names.SERVICES, *titles.SERVICES, *terminal.SERVICES, *cmdk.SERVICES,
+)
 """Every one-shot RPC cursor-byok can answer, in no particular order (paths are unique)."""
 
 __all__ = ["SERVICES", "CallContext", "OneShot"]

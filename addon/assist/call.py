@@ -44,6 +44,8 @@ class CallContext:
     """The proxyauth user (team server), or None."""
     deadline_s: float | None = None
     """The client's own deadline (`connect-timeout-ms`), when it sent one."""
+    config: ProvidersConfig | None = None
+    """The providers file as `route_for` saw it (a service's own table, e.g. `[tab]`'s budgets)."""
 
 
 UnaryServe = Callable[[Message, CallContext], Awaitable[Message]]

@@ -502,10 +502,40 @@ def unknown_fields(ev: Evidence) -> Verdict:
 
 @assumption("tab.positions", "Tab (StreamCpp) requests give cursor_position.line 0-based within contents (offset by "
             "contents_start_at_line) and columns in UTF-16 code units",
-            ["PROTOCOL.md 11.1"])
+            ["docs/tab.md#what-is-not-confirmed", "PROTOCOL.md 11.1"])
 def tab_positions(ev: Evidence) -> Verdict:
-    # Checked once Tab calls are recorded (issue 3/6 adds them); until then there is nothing to read.
-    return Verdict(NOT_SEEN, "Tab requests are not recorded by this version of cursor-byok")
+    """Every recorded Tab request (`tab_positions`: the ones cursor-byok answered, and in observe mode the
+    ones Cursor answered) must put its cursor inside the contents, at a UTF-16 column of its line; and
+    where Cursor answered, its range_to_replace must hold the cursor's line read as 0-based within the
+    contents (file line contents_start_at_line + line + 1). Only answers with contents_start_at_line > 0
+    tell the two readings apart; the counts say how many there were."""
+    rows = ev.rows("SELECT * FROM tab_positions WHERE ts_ms >= ? ORDER BY ts_ms, id", [ev.since_ms])
+    problems: list[tuple[str, str]] = []
+    counts = {"requests": len(rows), "observed_answers": 0, "telling_answers": 0}
+    for r in rows:
+        if r["column_fits"] != "ok":
+            problems.append((r["request_id"], f"cursor {r['cursor_line']}:{r['cursor_column']} with "
+                             f"contents_start_at_line {r['contents_start_at_line']} and {r['contents_lines']} lines: "
+                             f"{r['column_fits'].replace('_', ' ')}"))
+        if r["source"] != "observed" or r["range_start"] is None:
+            continue
+        counts["observed_answers"] += 1
+        contents_line = r["contents_start_at_line"] + r["cursor_line"] + 1
+        file_line = r["cursor_line"] + 1
+        in_range = r["range_start"] <= contents_line <= r["range_end"]
+        if r["contents_start_at_line"] and (in_range != (r["range_start"] <= file_line <= r["range_end"])):
+            counts["telling_answers"] += 1
+        if not in_range:
+            fits_file = r["range_start"] <= file_line <= r["range_end"]
+            problems.append((r["request_id"], f"Cursor replaced {r['range_start']}-{r['range_end']} for cursor line "
+                             f"{r['cursor_line']} at contents_start_at_line {r['contents_start_at_line']}: "
+                             + ("the line counts lines of the whole file" if fits_file else "neither reading fits")))
+    ids = [r["request_id"] for r in rows]
+    telling = counts["telling_answers"]
+    confirmed = (f"{len(rows)} Tab request(s) in range; {counts['observed_answers']} of Cursor's answers hold the "
+                 f"cursor's line ({telling} with contents_start_at_line > 0, which tell the readings apart)")
+    return _verdict(problems, counts, len(rows), "Tab requests", ids, ev, confirmed,
+                    "no Tab request recorded yet (with [tab] set, or byok_mode=observe)")
 
 
 # ---- hosts ------------------------------------------------------------------------------------------------------

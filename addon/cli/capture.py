@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from byok.providers.base import SECRET_HEADERS
+
 from . import frames as fr
 
 FORMAT = 1
-SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key", "cookie", "set-cookie",
-                            "x-goog-api-key"})
 # Per-connection or per-version values that would churn every regenerated capture.
 DROPPED_HEADERS = frozenset({"host", "content-length", "user-agent", "connection", "accept-encoding",
                              "transfer-encoding"})

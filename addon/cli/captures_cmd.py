@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .common import console, db_arg, default_config, default_db, fail, open_db
+from .common import console, db_arg, default_config, default_db, fail, StoreUnavailable, open_db
 from .output import Column, line, table
 
 
@@ -189,7 +189,7 @@ def run_export(args: argparse.Namespace) -> int:
     redactor = cap.Redactor.from_routes(routes, home=str(Path.home()) if args.redact_paths else None)
     try:
         conn = open_db(args.db or default_db())
-    except FileNotFoundError as e:
+    except StoreUnavailable as e:
         return fail(str(e))
     try:
         capture = cap.export(conn, args.id, redactor=redactor, name=args.name, cursor_version=args.cursor_version)

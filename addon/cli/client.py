@@ -183,6 +183,11 @@ class CursorClient:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    async def appends_sent(self) -> None:
+        """Wait until every append fired with `append_soon` so far has been answered."""
+        while self._tasks:
+            await asyncio.wait(list(self._tasks))
+
     # ---- a whole run ------------------------------------------------------------------------------
 
     async def run(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import sys
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -59,12 +60,19 @@ def console(stderr: bool = False) -> Console:
     return make_console(stderr)
 
 
-def open_db(path: Path | str, *, must_exist: bool = True) -> sqlite3.Connection:
-    """The store, migrated (read paths use plain sqlite3 rows by name). A postgresql:// URL opens the
-    team server's store through pgconn.py, whose connection reads the same way.
+class StoreUnavailable(FileNotFoundError):
+    """The store cannot be opened; `str()` says why and what to do (one line, no traceback). A
+    FileNotFoundError, as open_db raised before, so callers that catch that keep working."""
+
+
+def open_db(path: Path | str, *, must_exist: bool = True, migrate: bool = True) -> sqlite3.Connection:
+    """The store (read paths use plain sqlite3 rows by name). A postgresql:// URL opens the team
+    server's store through pgconn.py, whose connection reads the same way.
 
     Opening through the store's own `connect` applies pending migrations, so a CLI one version ahead
-    of the proxy still reads an old file; a missing file is an error unless `must_exist=False`.
+    of the proxy still reads an old file; `migrate=False` opens it as it is and writes nothing (a
+    SQLite file read-only). A missing file is an error unless `must_exist=False`. Raises
+    StoreUnavailable (also when the `team` extra a postgresql:// URL needs is not installed).
     """
     from byok.store import db as dbmod
     from byok.store.sql import is_postgres_url
@@ -73,13 +81,16 @@ def open_db(path: Path | str, *, must_exist: bool = True) -> sqlite3.Connection:
         from .pgconn import connect
 
         try:
-            return connect(str(path))
+            return connect(str(path), migrate=migrate)
         except dbmod.DatabaseUnavailable as e:
-            raise FileNotFoundError(str(e)) from None
+            raise StoreUnavailable(str(e)) from None
     path = Path(path).expanduser()
     if must_exist and not path.exists():
-        raise FileNotFoundError(f"no database at {path} (the proxy creates it on start; see --db)")
-    conn = dbmod.connect(path).conn
+        raise StoreUnavailable(f"no database at {path} (the proxy creates it on start; see --db)")
+    if migrate:
+        conn = dbmod.connect(path).conn
+    else:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
     conn.row_factory = sqlite3.Row
     return conn
 
@@ -111,16 +122,55 @@ STATUS_URL = "http://cursor-byok.invalid/status"
 each model's key variable. The `.invalid` host never resolves, so nothing else can answer it."""
 
 
-def proxy_status(proxy: str, timeout: float = 2.0) -> dict | None:
-    """The running proxy's own account of what it serves, or None when it does not answer (not
-    running, not a cursor-byok proxy, or an older one)."""
+@dataclass(frozen=True)
+class ProxyAnswer:
+    """What the proxy said to `GET http://cursor-byok.invalid/status`."""
+
+    http_status: int | None
+    """None: nothing answered (not running, refused, timed out)."""
+    data: dict | None
+    """The status document, when it is a cursor-byok that answered 200."""
+
+    @property
+    def needs_credentials(self) -> bool:
+        return self.http_status == 407
+
+
+def ask_proxy(proxy: str, timeout: float = 2.0) -> ProxyAnswer:
     import httpx
 
     try:
         response = httpx.get(STATUS_URL, proxy=proxy, timeout=timeout, trust_env=False)
-        data = response.json() if response.status_code == 200 else None
+    except httpx.ProxyError as e:  # a 407 through an https-style proxy arrives as an error
+        return ProxyAnswer(407 if "407" in str(e) else None, None)
     except (httpx.HTTPError, ValueError):
-        return None
+        return ProxyAnswer(None, None)
+    try:
+        data = response.json() if response.status_code == 200 else None
+    except ValueError:
+        data = None
     if not isinstance(data, dict) or data.get("service") != "cursor-byok" or not isinstance(data.get("config"), dict):
-        return None
-    return data
+        data = None
+    return ProxyAnswer(response.status_code, data)
+
+
+def proxy_status(proxy: str, timeout: float = 2.0) -> dict | None:
+    """The running proxy's own account of what it serves, or None when it does not answer (not
+    running, not a cursor-byok proxy, an older one, or one that wants credentials)."""
+    return ask_proxy(proxy, timeout).data
+
+
+def shown_proxy(proxy: str) -> str:
+    """The proxy URL fit for output: a password in it replaced by ***."""
+    scheme, sep, rest = proxy.partition("://")
+    if not sep:
+        scheme, rest = "", proxy
+    userinfo, at, host = rest.rpartition("@")
+    if not at:
+        return proxy
+    user = userinfo.split(":", 1)[0]
+    return f"{scheme}{sep}{user}{':***' if ':' in userinfo else ''}@{host}"
+
+
+CREDENTIALS_FIX = ("the proxy requires a user name and password (proxyauth): pass --proxy "
+                   "http://USER:PASSWORD@HOST:PORT, or set CURSOR_BYOK_PROXY to that URL")

@@ -1,10 +1,12 @@
 """`cursor-byok doctor`: checks every link between Cursor and your model, and says how to fix each.
 
 Checks (each ok / warn / FAIL with a fix): mitmproxy's CA files in the confdir and whether the OS
-trusts that CA, the providers file, the database, that the proxy port listens (and serves the same
-CA), whether an agent run reached the proxy recently, and Cursor's own proxy settings. When no run
-reached the proxy recently it walks through "no request reached us" step by step. It only reads:
-nothing is installed or changed, and every path can be pointed elsewhere (tests never read `~`).
+trusts that CA, the providers file, the team file, the database (and whether it is the one the
+running proxy writes), that the proxy port listens (serves the same CA, wants credentials), whether
+an agent run reached the proxy recently, and Cursor's own proxy settings. When no run reached the
+proxy recently it walks through "no request reached us" step by step. It only reads: nothing is
+installed, changed or migrated (an empty database stays empty), and every path can be pointed
+elsewhere (tests never read `~`). A password in --proxy is never printed.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from urllib.parse import urlsplit
 from rich.text import Text
 
 from .common import (
-    CA_CERT, CA_KEY, console, db_arg, default_config, iso_ms, default_confdir, default_db, default_proxy, platform_name, proxy_status,
+    CA_CERT, CA_KEY, CREDENTIALS_FIX, ProxyAnswer, StoreUnavailable, ask_proxy, console, db_arg, default_config,
+    default_confdir, default_db, default_proxy, iso_ms, platform_name, shown_proxy,
 )
 from .output import line
 
@@ -37,6 +40,8 @@ class Check:
     """ok | warn | fail | info"""
     message: str
     fix: list[str] = field(default_factory=list)
+    facts: dict = field(default_factory=dict, repr=False)
+    """What the check found, for later steps (the database check: whether the proxy writes it)."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -48,7 +53,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", type=Path, default=None, help="providers file (default ~/.cursor-byok/providers.toml)")
     p.add_argument("--db", type=db_arg, default=None,
                    help="SQLite store or postgresql:// URL (default: ~/.cursor-byok/byok.db)")
-    p.add_argument("--proxy", default=None, help="the proxy's URL (default http://127.0.0.1:8080)")
+    p.add_argument("--proxy", default=None,
+                   help="the proxy's URL, with USER:PASSWORD@ when it wants proxyauth (default http://127.0.0.1:8080)")
+    p.add_argument("--team", type=Path, default=None,
+                   help="team file to check (default: the one the running proxy reports, if any)")
     p.add_argument("--cursor-settings", type=Path, default=None,
                    help="Cursor's settings.json (default: the per-OS location)")
     p.add_argument("--os", choices=("macos", "linux", "windows"), default=None,
@@ -198,19 +206,35 @@ def _key_finding(m, served_model: dict | None) -> str:
             "ask the running proxy whether its environment has it (it must be set where mitmdump runs)")
 
 
-def check_db(path: Path | str) -> tuple[Check, dict]:
+def check_db(path: Path | str, served: dict | None = None) -> tuple[Check, dict]:
+    """The store as it is: opened without migrating (doctor writes nothing, an empty database stays
+    empty), and compared with the one the running proxy says it writes."""
+    from byok.extras import install_command, missing_message
+    from byok.status import store_location
     from byok.store.sql import is_postgres_url, redact_url
 
     facts: dict = {}
     server = is_postgres_url(str(path))
     shown = redact_url(str(path)) if server else path
+    if server and (lacking := missing_message("team", "a postgresql:// database")) is not None:
+        return Check("database", "fail", lacking, [f"{install_command('team')} in your cursor-byok checkout"]), facts
+    proxy_store = (served or {}).get("store")
+    mine = store_location(path if server else Path(path))
+    same = None if not isinstance(proxy_store, dict) else proxy_store.get("location") == mine["location"]
+    elsewhere = ([] if same is not False else
+                 [f"the running proxy writes {proxy_store.get('location')}: pass --db with that, or restart the "
+                  f"proxy with --set byok_db={shown}"])
     if not server and not path.exists():
-        return Check("database", "warn", f"{path} does not exist yet", [
+        return Check("database", "warn", f"{path} does not exist yet", elsewhere or [
             "the proxy creates it on start: start it, or pass --db with the path given to `--set byok_db=...`"]), facts
     try:
         from .common import open_db
 
-        conn = open_db(path)
+        conn = open_db(path, migrate=False)
+        if "runs" not in _tables(conn, server):
+            conn.close()
+            return Check("database", "warn", f"{shown}: no cursor-byok tables yet (doctor creates none)", elsewhere or [
+                "the proxy creates them when it starts with --set byok_db=... pointing here"]), facts
         for table in ("runs", "llm_calls", "frames"):
             facts[table] = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
         facts["last_frame_ms"] = conn.execute("SELECT max(ts_ms) FROM frames").fetchone()[0]
@@ -218,14 +242,53 @@ def check_db(path: Path | str) -> tuple[Check, dict]:
         if server:
             facts["server"] = server_facts(conn)
         conn.close()
+    except StoreUnavailable as e:
+        return Check("database", "fail", str(e), [
+            "is the server up and the URL right (user, password, database, ?sslmode)? docs/team.md"]), facts
     except Exception as e:
         if server:
             return Check("database", "fail", f"{shown}: {e}", [
                 "is the server up and the URL right (user, password, database, ?sslmode)? docs/team.md"]), facts
-        return Check("database", "fail", f"{path} cannot be opened or migrated: {e}", [
+        return Check("database", "fail", f"{path} cannot be read: {e}", [
             "is it a cursor-byok database? move it aside; the proxy creates a new one"]), facts
-    return Check("database", "ok", f"{shown}: {facts['runs']} runs, {facts['llm_calls']} provider calls, "
-                 f"{facts['frames']} frames"), facts
+    facts["proxy_writes_it"] = same
+    counts = f"{facts['runs']} runs, {facts['llm_calls']} provider calls, {facts['frames']} frames"
+    if same is False:
+        return Check("database", "warn", f"{shown}: {counts}; NOT the database the running proxy writes", elsewhere,
+                     facts=facts), facts
+    where = "; the running proxy writes this database" if same else ""
+    return Check("database", "ok", f"{shown}: {counts}{where}", facts=facts), facts
+
+
+def _tables(conn, server: bool) -> set[str]:
+    if server:
+        sql = "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+    else:
+        sql = "SELECT name FROM sqlite_master WHERE type = 'table'"
+    return {r[0] for r in conn.execute(sql).fetchall()}
+
+
+def check_team(path: Path | None, served: dict | None) -> Check | None:
+    """The team file: the one given, else the one the running proxy reports; None when neither."""
+    from byok.agent.team import parse_team
+    from byok.providers.config import ConfigFileError
+
+    team = (served or {}).get("team") or {}
+    path = path or (Path(team["path"]) if team.get("path") else None)
+    if path is None:
+        return None
+    fixes = [f"the running proxy reports: {team['error']} (it keeps its last good team rules)"] if team.get("error") else []
+    try:
+        config = parse_team(path.read_text(encoding="utf-8"), path)
+    except FileNotFoundError:
+        return Check("team file", "fail", f"{path} does not exist: nobody may start a local run", [
+            "write it (docs/team.md)", *fixes])
+    except (ConfigFileError, OSError, UnicodeDecodeError) as e:
+        return Check("team file", "fail", str(e), ["fix the line named above (docs/team.md)", *fixes])
+    if team.get("path") and Path(team["path"]) != path:
+        fixes.append(f"the running proxy uses {team['path']}, not this file")
+    return Check("team file", "warn" if fixes else "ok",
+                 f"{path}: {len(config.groups)} group(s), {len(config.users)} user(s) named", fixes)
 
 
 def server_facts(conn) -> dict:
@@ -255,7 +318,7 @@ def check_server(facts: dict) -> Check | None:
                  f"{server['users_24h']} user(s); schema at {server['schema']}")
 
 
-def check_proxy(proxy: str, pem: bytes | None, timeout: float = 2.0) -> Check:
+def check_proxy(proxy: str, pem: bytes | None, timeout: float = 2.0, answer: ProxyAnswer | None = None) -> Check:
     parts = urlsplit(proxy if "://" in proxy else "http://" + proxy)
     host, port = parts.hostname or "127.0.0.1", parts.port or 8080
     try:
@@ -265,6 +328,11 @@ def check_proxy(proxy: str, pem: bytes | None, timeout: float = 2.0) -> Check:
         return Check("proxy", "fail", f"nothing listens on {host}:{port} ({e.strerror or e})", [
             "start it: `mitmdump -s addon/cursor_byok.py` (add `--listen-port N` for another port, then pass "
             "--proxy http://127.0.0.1:N here and in Cursor's http.proxy)"])
+    answer = answer if answer is not None else ask_proxy(proxy, timeout)
+    if answer.needs_credentials:
+        given = " (the ones given were refused)" if parts.password is not None else ""
+        return Check("proxy", "fail", f"{host}:{port} requires proxy authentication{given}: doctor could not ask "
+                     "it what it serves", [CREDENTIALS_FIX, "Cursor's http.proxy needs the same USER:PASSWORD@"])
     served = _served_ca(proxy, timeout)
     if served is None or pem is None:
         return Check("proxy", "ok", f"{host}:{port} accepts connections")
@@ -355,14 +423,15 @@ def check_cursor_settings(path: Path, proxy: str) -> list[Check]:
         return [Check("Cursor settings", "fail", f"{path} cannot be read as JSON: {e}")]
     checks = []
     value = settings.get("http.proxy")
+    shown, shown_value = shown_proxy(proxy), shown_proxy(str(value or ""))  # never print a password
     if not value:
         checks.append(Check("http.proxy", "fail", "not set: Cursor connects to its backend directly",
-                            [f'"http.proxy": "{proxy}" in {path}, then reload the window']))
+                            [f'"http.proxy": "{shown}" in {path}, then reload the window']))
     elif _same_proxy(value, proxy):
-        checks.append(Check("http.proxy", "ok", value))
+        checks.append(Check("http.proxy", "ok", shown_value))
     else:
-        checks.append(Check("http.proxy", "warn", f"{value}, not {proxy}",
-                            [f'set "http.proxy": "{proxy}" (or pass --proxy {value} if that is where it runs)']))
+        checks.append(Check("http.proxy", "warn", f"{shown_value}, not {shown}",
+                            [f'set "http.proxy": "{shown}" (or pass --proxy {shown_value} if that is where it runs)']))
     support = settings.get("http.proxySupport")
     if support == "on":
         checks.append(Check("http.proxySupport", "ok", "on"))
@@ -387,16 +456,20 @@ def check_cursor_settings(path: Path, proxy: str) -> list[Check]:
 
 
 def all_checks(*, os_name: str, confdir: Path, config: Path, db: Path | str, proxy: str, settings_path: Path,
-               recent_min: float, timeout: float, served: dict | None, bundle: Path | None = None) -> list[Check]:
+               recent_min: float, timeout: float, served: dict | None, bundle: Path | None = None,
+               team: Path | None = None, answer: ProxyAnswer | None = None) -> list[Check]:
     """Every check, in the order doctor prints them (the dashboard shows the same list). `served`: the
-    running proxy's /status, or None when it did not answer."""
+    running proxy's /status, or None when it did not answer; `answer`: how the proxy answered it
+    (a 407 means it wants credentials), asked again when not given; `team`: the team file to check
+    (default: the one `served` names)."""
     ca, pem = check_ca(confdir)
-    db_check, facts = check_db(db)
+    db_check, facts = check_db(db, served)
     return [
         ca, check_trust(pem, os_name, bundle, confdir),
         check_providers(config, served),
+        *filter(None, [check_team(team, served)]),
         db_check, *filter(None, [check_server(facts)]),
-        check_proxy(proxy, pem, timeout), check_listener(proxy), check_traffic(facts, recent_min),
+        check_proxy(proxy, pem, timeout, answer), check_listener(proxy), check_traffic(facts, recent_min),
         *check_cursor_settings(settings_path, proxy),
     ]
 
@@ -404,11 +477,12 @@ def all_checks(*, os_name: str, confdir: Path, config: Path, db: Path | str, pro
 def run(args: argparse.Namespace) -> int:
     os_name = args.os or platform_name()
     proxy = args.proxy or default_proxy()
+    answer = ask_proxy(proxy, args.timeout)
     checks = all_checks(
         os_name=os_name, confdir=args.confdir or default_confdir(), config=args.config or default_config(),
         db=args.db or default_db(), proxy=proxy, settings_path=args.cursor_settings or cursor_settings_path(os_name),
-        recent_min=args.recent, timeout=args.timeout, served=proxy_status(proxy, args.timeout),
-        bundle=args.system_ca_bundle)
+        recent_min=args.recent, timeout=args.timeout, served=answer.data, bundle=args.system_ca_bundle,
+        team=args.team, answer=answer)
     out = console()
     line(out, ("cursor-byok doctor", "bold"), f" ({os_name})")
     for c in checks:
@@ -422,13 +496,14 @@ def run(args: argparse.Namespace) -> int:
             line(out, Text(f"{'':7}{'':18} fix: {fix}", style="dim" if c.status == "info" else ""))
     by_name = {c.name: c for c in checks}
     if by_name["traffic"].status != "ok":
-        print_no_request_story(out, by_name, proxy, os_name)
+        print_no_request_story(out, by_name, shown_proxy(proxy), os_name, by_name["database"].facts.get("proxy_writes_it"))
     failed = [c for c in checks if c.status == "fail"]
     line(out, f"\n{len(failed)} failed, {sum(c.status == 'warn' for c in checks)} warnings")
     return 1 if failed else 0
 
 
-def print_no_request_story(out, by_name: dict[str, Check], proxy: str, os_name: str) -> None:
+def print_no_request_story(out, by_name: dict[str, Check], proxy: str, os_name: str,
+                           same_store: bool | None = None) -> None:
     def mark(*names: str) -> tuple[str, str]:
         found = [by_name[n] for n in names if n in by_name]
         worst = next((s for s in ("fail", "warn", "info", "ok") if any(c.status == s for c in found)), "info")
@@ -450,7 +525,11 @@ def print_no_request_story(out, by_name: dict[str, Check], proxy: str, os_name: 
         (("providers",), "A model of yours is picked in Cursor's model picker (runs on Cursor's own models pass "
                          "upstream and are not answered here); if your models are missing from the picker, the "
                          "providers file did not load."),
-        (("database",), "You are looking at the database the proxy writes: --db here = `--set byok_db=...` there."),
+        (("database",), "You are looking at the database the proxy writes (the running proxy says so)." if same_store
+         else "You are looking at the database the proxy writes: it says it writes another one (see database "
+              "above)." if same_store is False
+         else "You are looking at the database the proxy writes: --db here = `--set byok_db=...` there (the "
+              "proxy did not answer, so doctor cannot compare)."),
     ]
     line(out, "\n", ("No agent request reached the proxy? Check, in this order:", "bold"))
     for n, (names, text) in enumerate(steps, 1):

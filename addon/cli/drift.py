@@ -13,7 +13,7 @@ import argparse
 
 from byok.dashboard.queries import drift_report
 
-from .common import console, db_arg, default_db, fail, iso_ms, open_db
+from .common import StoreUnavailable, console, db_arg, default_db, fail, iso_ms, open_db
 from .output import Column, emit_json, line, table
 
 
@@ -31,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         conn = open_db(args.db or default_db())
-    except FileNotFoundError as e:
+    except StoreUnavailable as e:
         return fail(str(e))
     data = drift_report(conn)
     if args.json:

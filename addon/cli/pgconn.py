@@ -77,11 +77,12 @@ class PgConnection:
         self.conn.close()
 
 
-def connect(url: str) -> PgConnection:
-    """Open `url`, applying pending migrations first (a CLI ahead of the proxy still reads it)."""
-    import psycopg
-
+def connect(url: str, *, migrate: bool = True) -> PgConnection:
+    """Open `url`, applying pending migrations first (a CLI ahead of the proxy still reads it) unless
+    `migrate=False`. Raises DatabaseUnavailable (psycopg missing, server unreachable)."""
     from byok.store import db as dbmod
 
-    dbmod.connect_postgres(url, max_size=1).close()
+    dbmod.connect_postgres(url, max_size=1, migrate=migrate).close()  # checks psycopg and the server first
+    import psycopg
+
     return PgConnection(psycopg.connect(url, autocommit=True))

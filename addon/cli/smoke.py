@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from rich.text import Text
 
-from .common import console, default_config, default_confdir, default_proxy, fail
+from .common import CREDENTIALS_FIX, console, default_config, default_confdir, default_proxy, fail, shown_proxy
 from .output import facts, heading, line
 
 TOOLS_PROMPT = (
@@ -119,12 +119,22 @@ def pick_model(config_path: Path, wanted: str | None, served: dict | None = None
                              + ", ".join(m.label() for m in local))
         return chosen, notes
     config = served.get("config") or {}
-    models = [SmokeModel.of(m) for m in config.get("models") or [] if isinstance(m, dict)]
+    listed = [m for m in config.get("models") or [] if isinstance(m, dict)]
+    # with a team file, only the models it gives this user (the proxy says, for the credentials smoke sent)
+    models = [SmokeModel.of(m) for m in listed if m.get("allowed", True)]
+    denied = [SmokeModel.of(m) for m in listed if not m.get("allowed", True)]
     proxy_file = config.get("path") or "its providers file"
+    who = f"user {served['user']}" if served.get("user") else "this client (no proxyauth user)"
+    if denied and wanted is not None and any(m.matches(wanted) for m in denied):
+        raise ValueError(f"the team file does not give {who} the model {wanted!r}; it may use: "
+                         + (", ".join(m.label() for m in models) or "none"))
+    if denied and not models:
+        raise ValueError(f"the team file gives {who} none of the proxy's models ({', '.join(m.label() for m in denied)})"
+                         "; smoke with the credentials of a user who has one (--proxy http://USER:PASSWORD@...)")
     if config.get("error"):
         notes.append(f"the running proxy's providers file has an error: {config['error']}; "
                      + ("it keeps serving its last good config" if models else "it serves no user models"))
-    if local_error and models:
+    if local_error and models and local_error != config.get("error"):  # the same file's error is said once
         notes.append(f"{local_error} (smoke uses what the running proxy serves)")
     if not models:
         raise ValueError(f"the running proxy serves no models of yours ({proxy_file}"
@@ -146,11 +156,15 @@ def pick_model(config_path: Path, wanted: str | None, served: dict | None = None
 
 
 def run(args: argparse.Namespace) -> int:
-    from .common import proxy_status
+    from .common import ask_proxy
 
     config = args.config or default_config()
     proxy = args.proxy or default_proxy()
-    served = proxy_status(proxy, timeout=5.0)
+    answer = ask_proxy(proxy, timeout=5.0)
+    if answer.needs_credentials:
+        given = " (the ones given were refused)" if "@" in proxy else ""
+        return fail(f"{shown_proxy(proxy)} requires proxy authentication{given}: {CREDENTIALS_FIX}", 1)
+    served = answer.data
     try:
         route, notes = pick_model(config, args.model, served)
     except ValueError as e:
@@ -189,12 +203,16 @@ async def _smoke(args: argparse.Namespace, route: SmokeModel, ca: str, workspace
     from .h2client import H2CursorClient
     from .executor import LocalExecutor, ScriptedQueries
 
+    import uuid
+
     out = console()
     proxy = args.proxy or default_proxy()
+    shown = shown_proxy(proxy)  # never print a password
+    request_id = str(uuid.uuid4())  # known before the run, so a timeout can name it
     prompt = args.prompt or (TEXT_PROMPT if args.text_only else TOOLS_PROMPT)
     mode = {"agent": apb.AGENT_MODE_AGENT, "ask": apb.AGENT_MODE_ASK, "plan": apb.AGENT_MODE_PLAN}[args.mode]
-    line(out, ("smoke", "bold"), f": {route.label()} = {route.provider}/{route.model_id} ({route.kind}) via {proxy}, "
-              f"workspace {workspace}")
+    line(out, ("smoke", "bold"), f": {route.label()} = {route.provider}/{route.model_id} ({route.kind}) via {shown}, "
+              f"workspace {workspace}, request {request_id}")
     executor = LocalExecutor(workspace)
     t0 = time.monotonic()
     streaming = {"text": 0}
@@ -241,18 +259,21 @@ async def _smoke(args: argparse.Namespace, route: SmokeModel, ca: str, workspace
     request = user_turn_request(prompt, model_id=route.public_id, mode=mode, workspace=str(workspace))
     try:
         async with client:
-            result = await asyncio.wait_for(client.run(request, on_frame=on_frame), args.timeout)
+            result = await asyncio.wait_for(client.run(request, request_id=request_id, on_frame=on_frame), args.timeout)
     except httpx.ProxyError as e:
-        return fail(f"the proxy refused the connection ({e}): is {proxy} a mitmproxy? (cursor-byok doctor)", 1)
+        if "407" in str(e):
+            return fail(f"{shown} requires proxy authentication: {CREDENTIALS_FIX}", 1)
+        return fail(f"the proxy refused the connection ({e}): is {shown} a mitmproxy? (cursor-byok doctor)", 1)
     except httpx.ConnectError as e:
         text = str(e)
         if "CERTIFICATE_VERIFY_FAILED" in text or "certificate" in text.lower():
             return fail(f"TLS: the proxy's certificate is not signed by {ca} ({text}); the proxy runs with another "
                         "confdir? (cursor-byok doctor)", 1)
-        return fail(f"cannot reach the proxy at {proxy}: {text or type(e).__name__}; is mitmdump running? "
+        return fail(f"cannot reach the proxy at {shown}: {text or type(e).__name__}; is mitmdump running? "
                     "(cursor-byok doctor)", 1)
     except asyncio.TimeoutError:
-        return fail(f"no end of the turn after {args.timeout:g} s", 1)
+        return fail(f"no end of the turn after {args.timeout:g} s (request {request_id}); what the proxy did with "
+                    f"it: cursor-byok trace {request_id}", 1)
     except UnexpectedAnswer as e:
         if known_to_proxy:
             return fail(f"the proxy answered {rpc} with HTTP {e.status} instead of a Connect stream: {e.excerpt}", 1)
@@ -264,7 +285,7 @@ async def _smoke(args: argparse.Namespace, route: SmokeModel, ca: str, workspace
     except httpx.HTTPError as e:
         return fail(f"HTTP error talking to the proxy: {type(e).__name__}: {e}", 1)
     except (H2Error, OSError) as e:
-        return fail(f"HTTP/2 Run through {proxy} failed: {type(e).__name__}: {e} (cursor-byok doctor)", 1)
+        return fail(f"HTTP/2 Run through {shown} failed: {type(e).__name__}: {e} (cursor-byok doctor)", 1)
     except (connect.ConnectError, DecodeError, AssertionError) as e:
         return fail(f"the proxy's {rpc} answer broke the Connect protocol: {e}", 1)
     finally:

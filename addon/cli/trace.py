@@ -16,7 +16,7 @@ from pathlib import Path
 from byok.providers.pricing import usd
 from byok.dashboard.queries import Found, collect, find, owners
 
-from .common import console, db_arg, default_config, default_db, fail, iso_ms, open_db
+from .common import console, db_arg, default_config, default_db, fail, iso_ms, StoreUnavailable, open_db
 from .output import Column, emit_json, facts, heading, line, styled, table
 
 STATUS_STYLE = {"completed": "green", "ok": "green", "running": "yellow", "failed": "red", "error": "red",
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     db = args.db or default_db()
     try:
         conn = open_db(db)
-    except FileNotFoundError as e:
+    except StoreUnavailable as e:
         return fail(str(e))
     found = find(conn, args.id)
     if found is not None and args.user is not None and owners(conn, found.request_ids) != {args.user}:
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             line(console(), styled(message, "red"))
         return 1
-    frames_mode = args.frames or ("summary" if len(found.request_ids) > 1 or found.kind == "conversation" else "all")
+    frames_mode = args.frames or "summary"  # as --help says: every frame only with --frames all
     from byok.dashboard.queries import load_prices
 
     prices, _, _ = load_prices(args.config or default_config())
@@ -102,7 +102,10 @@ def _n(value) -> str:
 def print_run(out, story: dict, found: Found) -> None:
     heading(out, f"request {story['request_id']}")
     run = story["run"]
-    if run is None:
+    purposes = sorted({c["purpose"] for c in story["provider_calls"] if c.get("purpose")})
+    if run is None and purposes:
+        facts(out, [("call", f"one-shot {', '.join(purposes)}: no run, no frames (docs/tab.md, docs/features.md)")])
+    elif run is None:
         facts(out, [("run", "no run row (observed or never claimed): frames only")])
     else:
         rows: list[tuple[str, object]] = [

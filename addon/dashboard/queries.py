@@ -43,11 +43,18 @@ def find(conn: sqlite3.Connection, ident: str, *, prefixes: bool = True) -> Foun
     if row:
         return Found("request", ident, [ident], row[0])
     rows = q("SELECT request_id FROM runs WHERE conversation_id = ? ORDER BY started_at_ms, rowid", [ident]).fetchall()
+    # and the one-shot calls made for it (a branch name), which have no run
+    rows += q("SELECT request_id FROM llm_calls c WHERE conversation_id = ? AND NOT EXISTS (SELECT 1 FROM runs r"
+              " WHERE r.request_id = c.request_id) GROUP BY request_id ORDER BY min(started_at)", [ident]).fetchall()
     if rows:
         return Found("conversation", ident, [r[0] for r in rows], ident)
     row = q("SELECT request_id, conversation_id FROM llm_calls WHERE model_call_id = ?", [ident]).fetchone()
     if row:
         return Found("model_call", ident, [row[0]], row[1])
+    # one-shot calls (commit messages, Cmd-K, Tab...): provider calls without a run or frames
+    row = q("SELECT max(conversation_id) FROM llm_calls WHERE request_id = ? HAVING count(*) > 0", [ident]).fetchone()
+    if row:
+        return Found("request", ident, [ident], row[0])
     rows = q("SELECT DISTINCT r.request_id, r.conversation_id FROM tool_round_calls c"
              " JOIN tool_rounds r ON r.id = c.round_id WHERE c.call_id = ?", [ident]).fetchall()
     if rows:
@@ -120,7 +127,8 @@ CALL_FIELDS = ("call_index", "model_call_id", "provider", "provider_kind", "mode
 
 def provider_calls(conn: sqlite3.Connection, request_id: str, prices: dict | None = None) -> list[dict]:
     """Each call as stored, with `cost_usd` from its model's prices (None: no prices configured).
-    `purpose`: None for the turn's own calls, "summary" for a compaction (docs/conversations.md)."""
+    `purpose`: None for the turn's own calls, "summary" for a compaction (docs/conversations.md), the
+    feature of a one-shot call (commit_message, branch_name, chat_title, terminal, cmd_k: docs/features.md)."""
     from byok.providers.pricing import cost
 
     rows = conn.execute("SELECT * FROM llm_calls WHERE request_id = ? ORDER BY call_index", [request_id]).fetchall()
@@ -249,13 +257,14 @@ class Row:
 def usage_rows(conn: sqlite3.Connection, since: date | None = None, until: date | None = None,
                prices: dict | None = None, *, by: str = "model", user=ALL) -> list[Row]:
     """Per (day, model) sums; `prices` = public id -> Prices fills `cost`. With `by="user"` per
-    (day, proxyauth user of the run), '-' for runs without one (the single user): `Row.model` then
-    holds the user name, and the cost is None when any of the user's models has no prices."""
+    (day, proxyauth user of the run), '-' for runs without one (the single user); with `by="purpose"` per
+    (day, what the call was for: `agent` for a turn's own calls, else llm_calls.purpose). `Row.model`
+    then holds the user or the purpose, and the cost is None when any of its models has no prices."""
     from byok.providers.pricing import cost
 
     sums = ", ".join(f"coalesce(sum(c.{f}), 0)" for f in TOKEN_FIELDS)
-    key = ("coalesce(r.user_id, '-')" if by == "user"
-           else "coalesce(c.provider, '?') || '/' || coalesce(c.model, '?')")
+    key = {"user": "coalesce(r.user_id, '-')", "purpose": "coalesce(c.purpose, 'agent')"}.get(
+        by, "coalesce(c.provider, '?') || '/' || coalesce(c.model, '?')")
     sql = (f"SELECT substr(c.started_at, 1, 10) AS day, {key}, count(*),"
            f" sum(CASE WHEN c.status = 'error' THEN 1 ELSE 0 END), {sums}, c.model_public_id, c.provider_kind"
            " FROM llm_calls c LEFT JOIN runs r ON r.request_id = c.request_id WHERE 1=1")
@@ -310,7 +319,8 @@ def load_prices(path: Path) -> tuple[dict, dict, str | None]:
 
 @dataclass
 class UsageReport:
-    """`cursor-byok usage` as data: rows per day and model (or user), totals, and the `--json` document."""
+    """`cursor-byok usage` as data: rows per day and model (or user, or purpose), totals, and the `--json`
+    document."""
 
     by: str
     rows: list[Row]
@@ -321,6 +331,11 @@ class UsageReport:
     prices_json: dict
     prices_error: str | None
 
+    @property
+    def priced(self) -> bool:
+        """Some row has a cost: with no prices at all the total is unknown (None), not $0."""
+        return any(r.cost is not None for r in self.rows)
+
     def as_json(self) -> dict:
         out_rows = []
         for r in self.rows:
@@ -328,12 +343,13 @@ class UsageReport:
             item["cost_usd"] = None if r.cost is None else float(r.cost)
             item["prices"] = self.prices_json.get(r.model_public_id)
             del item["cost"]
-            if self.by == "user":
-                item = {"day": item.pop("day"), "user": item.pop("model"),
+            if self.by != "model":
+                item = {"day": item.pop("day"), self.by: item.pop("model"),
                         **{k: v for k, v in item.items() if k not in ("model_public_id", "provider_kind", "prices")}}
             out_rows.append(item)
         return {"days": "UTC", "by": self.by, "rows": out_rows,
-                "totals": {**self.totals, "cost_usd": float(self.total_cost), "cost_complete": not self.unpriced},
+                "totals": {**self.totals, "cost_usd": float(self.total_cost) if self.priced else None,
+                           "cost_complete": not self.unpriced},
                 "unpriced_models": self.unpriced, "prices_error": self.prices_error}
 
 

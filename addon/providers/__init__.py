@@ -4,12 +4,14 @@
     async with contextlib.aclosing(stream_model(client, adapter, request)) as events: ...
 
 Each adapter is a pure request builder plus a pure stream fold (see base.py); io.py is the only IO.
+The fill-in-the-middle kinds (`openai_completions`, `mistral_fim`: Tab only) have their own request
+shape and fold in openai_completions.py, streamed by the same io.py.
 """
 
 from __future__ import annotations
 
 from ..wire.errors import ConfigError
-from . import anthropic, openai_chat, openai_responses
+from . import anthropic, openai_chat, openai_completions, openai_responses
 from .base import Adapter
 
 ADAPTERS: dict[str, Adapter] = {
@@ -19,9 +21,13 @@ ADAPTERS: dict[str, Adapter] = {
 
 
 def adapter_for(kind: str) -> Adapter:
+    """The chat dialect of a kind; a fill-in-the-middle kind cannot hold a conversation."""
     try:
         return ADAPTERS[kind]
     except KeyError:
+        if kind in openai_completions.KINDS:
+            raise ConfigError(f"A {kind} model completes code for Tab (fill-in-the-middle); it cannot run the "
+                              "agent or write summaries: use a chat model there.") from None
         raise ConfigError(
             f"Unknown provider kind {kind!r}; expected one of: {', '.join(sorted(ADAPTERS))}."
         ) from None

@@ -44,7 +44,10 @@ class HttpRequest:
         return f"HttpRequest(url={self.url!r}, headers={redact_headers(self.headers)!r}, body=<{len(self.body)} keys>)"
 
 
-SECRET_HEADERS = ("authorization", "x-api-key", "api-key", "cookie")
+SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key", "x-goog-api-key",
+                            "cookie", "set-cookie"})
+"""Header names whose values are credentials: redacted wherever headers are logged, stored or
+exported (provider calls here, captures in cli/capture.py). The one list."""
 
 
 def redact_headers(headers: dict[str, str]) -> dict[str, str]:

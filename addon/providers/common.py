@@ -109,3 +109,52 @@ def event_json(provider: str, data: str) -> dict | None:
         raise ProviderProtocolError(f"{provider}: event is not a JSON object: {data[:200]!r}")
     return payload
 
+
+
+class DataChunkFold:
+    """The shared start of the OpenAI-style folds (chat, legacy completions): `data:` JSON chunks and a
+    final `data: [DONE]` (repeated by some gateways: ignored). Empty keep-alive events are skipped, an
+    `error` object is the provider's failure, the first chunk opens the response (Start). A subclass
+    sets `_provider`, `_started = _done = False`, `_finish` and `_usage` (None until seen), and
+    implements `_chunk` and `_on_done` (which starts with `_finished()`)."""
+
+    _provider: str
+    _started: bool
+    _done: bool
+    _finish: str | None
+    _usage: object
+
+    def _finished(self) -> list:
+        """At [DONE] (or a clean EOF): the stream must have said why it finished; its usage, if any."""
+        from ..wire.errors import ProviderError
+
+        if self._finish is None:
+            raise ProviderError(f"{self._provider}: the stream ended ([DONE]) without a finish_reason.")
+        self._done = True
+        return [self._usage] if self._usage is not None else []
+
+    def feed(self, event) -> list:
+        from . import failures
+        from .base import ProviderProtocolError, Start
+
+        data = event.data.strip()
+        if is_done_sentinel(data):
+            return [] if self._done else self._on_done()
+        if self._done:
+            raise ProviderProtocolError(f"{self._provider}: data after [DONE]")
+        if not data:
+            return []
+        chunk = event_json(self._provider, data)
+        if chunk.get("error"):
+            raise failures.stream_error(self._provider, chunk)
+        out: list = []
+        if not self._started:
+            self._started = True
+            out.append(Start(response_id=chunk.get("id") if isinstance(chunk.get("id"), str) else None))
+        return out + self._chunk(chunk)
+
+    def _chunk(self, chunk: dict) -> list:
+        raise NotImplementedError
+
+    def _on_done(self) -> list:
+        raise NotImplementedError

@@ -11,6 +11,13 @@
     context_tokens = 128000
     max_output_tokens = 8192
 
+Fill-in-the-middle models serve Tab (docs/tab.md), never the agent: kind `openai_completions`
+(`POST {base_url}/completions`) or `mistral_fim` (`POST {base_url}/fim/completions`), with the model
+key `fim` naming the prompt template (`suffix`, the default, lets the server apply the model's own;
+`qwen`, `starcoder`, `codellama`, `deepseek` build the prompt with that family's FIM tokens).
+`[tab] model = "<provider name>/<model id>"` (or a model id unique in the file) turns local Tab on;
+any kind may serve it (a chat model gets a next-edit prompt).
+
 Optional top-level tables configure the web tools' backends (docs/providers.md):
 
     [web_search]                    # WebSearch; without it the tool is not offered
@@ -20,6 +27,16 @@ Optional top-level tables configure the web tools' backends (docs/providers.md):
     base_url = "https://api.openai.com/v1"
     model = "gpt-image-1"
     api_key_env = "OPENAI_API_KEY"
+
+`[features]` names the model that answers each of Cursor's other AI calls (docs/features.md); a call
+whose feature names none (and no `default`) passes to Cursor untouched:
+
+    [features]
+    commit_message = "deepseek/deepseek-chat"   # "<provider name>/<model id>"
+    branch_name = "deepseek/deepseek-chat"
+    chat_title = "deepseek/deepseek-chat"       # GetChatTitle, NameTab, NameAgent
+    terminal = "deepseek/deepseek-chat"         # StreamTerminalAutocomplete, GetTerminalCompletion
+    default = "deepseek/deepseek-chat"          # any of the above left out
 
 A model's public id (what Cursor sends back as `requested_model.model_id`) is the first 4 bytes of
 SHA-256(normalized_base_url + "\\0" + kind + "\\0" + model_id) as 8 lowercase hex characters.
@@ -44,6 +61,7 @@ import hashlib
 import logging
 import os
 import re
+import threading
 import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -54,7 +72,15 @@ from urllib.parse import urlsplit
 from ..wire.errors import ConfigError
 from .pricing import PRICE_KEYS, Prices
 
-PROVIDER_KINDS = ("openai_chat", "openai_responses", "anthropic")
+CHAT_KINDS = ("openai_chat", "openai_responses", "anthropic")
+"""Kinds that can run the agent (a conversation with tools)."""
+FIM_KINDS = ("openai_completions", "mistral_fim")
+"""Fill-in-the-middle completion kinds: they serve Tab only."""
+PROVIDER_KINDS = CHAT_KINDS + FIM_KINDS
+FIM_TEMPLATES = ("suffix", "qwen", "starcoder", "codellama", "deepseek")
+"""The model key `fim`: `suffix` sends prompt + suffix; the others build one prompt with FIM tokens."""
+TAB_DEFAULT_MAX_TOKENS = 128
+TAB_DEFAULT_MAX_LINES = 8
 
 logger = logging.getLogger("byok.config")
 
@@ -72,6 +98,37 @@ class SearchConfig:
     api_key: str | None = field(default=None, repr=False)
     api_key_env: str | None = None
     max_results: int = 8
+
+
+FEATURES = ("commit_message", "branch_name", "chat_title", "terminal")
+"""The `[features]` keys besides `default`: Cursor's one-shot AI calls that a model of the user's answers."""
+
+
+@dataclass(frozen=True)
+class FeaturesConfig:
+    """The validated `[features]` table: (feature or "default", public id of the model), in file order."""
+
+    models: tuple[tuple[str, str], ...] = ()
+
+    def public_id(self, feature: str) -> str | None:
+        """The model answering `feature`: its own entry, else `default`, else None (pass upstream)."""
+        named = dict(self.models)
+        return named.get(feature) or named.get("default")
+
+    def __bool__(self) -> bool:
+        return bool(self.models)
+
+
+@dataclass(frozen=True)
+class TabConfig:
+    """The validated `[tab]` table: which model serves Tab (by public id) and its budgets."""
+
+    model: str
+    """Public id of the route that serves Tab."""
+    max_tokens: int = TAB_DEFAULT_MAX_TOKENS
+    """The completion's token budget (sent as max_tokens)."""
+    max_lines: int = TAB_DEFAULT_MAX_LINES
+    """At most this many lines in one suggestion."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +179,8 @@ class ModelRoute:
     """Public id of the model that writes compaction summaries (None = this model)."""
     prices: Prices | None = None
     """USD per million tokens (`prices = { input, output, cache_read, cache_write }`), or None."""
+    fim: str = "suffix"
+    """FIM kinds: the prompt template (FIM_TEMPLATES)."""
     problems: tuple[str, ...] = ()
     """Static reasons a run on this model cannot start (it still shows in the picker)."""
     where: str = ""
@@ -165,12 +224,30 @@ class ProvidersConfig:
     """`[web_search]`: the WebSearch backend; None = WebSearch is not offered."""
     image_generation: ImageConfig | None = None
     """`[image_generation]`: the GenerateImage endpoint; None = GenerateImage is not offered."""
+    tab: TabConfig | None = None
+    """`[tab]`: the model serving Tab; None = Tab passes to Cursor untouched."""
+    features: FeaturesConfig = FeaturesConfig()
+    """`[features]`: the models answering Cursor's other AI calls (commit messages, titles, ...)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_id", {m.public_id: m for m in self.models})
 
     def lookup(self, public_id: str) -> ModelRoute | None:
         return self._by_id.get(public_id)  # type: ignore[attr-defined]
+
+    @property
+    def agent_models(self) -> tuple[ModelRoute, ...]:
+        """The models the agent can run on (the model picker): not the fill-in-the-middle ones."""
+        return tuple(m for m in self.models if m.kind in CHAT_KINDS)
+
+    @property
+    def tab_route(self) -> ModelRoute | None:
+        return None if self.tab is None else self.lookup(self.tab.model)
+
+    def feature_route(self, feature: str) -> ModelRoute | None:
+        """The model answering one of `FEATURES` (or `default`), or None: the call passes upstream."""
+        public_id = self.features.public_id(feature)
+        return None if public_id is None else self.lookup(public_id)
 
     def __len__(self) -> int:
         return len(self.models)
@@ -201,13 +278,14 @@ MODEL_KEYS = frozenset(
     {
         "id", "display_name", "context_tokens", "max_output_tokens", "reasoning_effort",
         "thinking_budget_tokens", "extra_body", "supports_images", "supports_thinking",
-        "compact_at", "summary_model", "prices",
+        "compact_at", "summary_model", "prices", "fim",
     }
 )
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 WEB_SEARCH_KEYS = frozenset({"kind", "base_url", "api_key_env", "api_key", "max_results"})
 IMAGE_GENERATION_KEYS = frozenset({"base_url", "model", "api_key_env", "api_key", "size"})
-TABLES = ("web_search", "image_generation")
+TAB_KEYS = frozenset({"model", "max_tokens", "max_lines"})
+TABLES = ("web_search", "image_generation", "tab", "features")
 
 
 class _Lines:
@@ -304,9 +382,12 @@ class _Validator:
                     )
                 seen_ids[route.public_id] = where
                 routes.append(route)
-        return ProvidersConfig(self.path, tuple(self._resolve_summary_models(routes, providers)),
+        routes = self._resolve_summary_models(routes, providers)
+        return ProvidersConfig(self.path, tuple(routes),
                                web_search=self.web_search(data.get("web_search")),
-                               image_generation=self.image_generation(data.get("image_generation")))
+                               image_generation=self.image_generation(data.get("image_generation")),
+                               tab=self.tab(data.get("tab"), routes),
+                               features=self.features(data.get("features"), routes))
 
     def _resolve_summary_models(self, routes: list[ModelRoute], providers: list[dict]) -> list[ModelRoute]:
         """`summary_model` names a model of the same provider by its id, or any model as
@@ -332,6 +413,9 @@ class _Validator:
                     raise self.fail(f"summary_model {ref!r} names no model in this file; write a model id of "
                                     f"provider {route.provider!r}, or \"<provider>/<model id>\"",
                                     where=where, p=p, m=m, key="summary_model")
+                if target.kind not in CHAT_KINDS:
+                    raise self.fail(f"summary_model {ref!r} is a fill-in-the-middle model ({target.kind}); "
+                                    "summaries need a chat model", where=where, p=p, m=m, key="summary_model")
                 out.append(replace(route, summary_model=None if target.public_id == route.public_id
                                    else target.public_id))
         return out
@@ -397,6 +481,35 @@ class _Validator:
             raise self.table_fail("web_search", "max_results must be an integer from 1 to 20", "max_results")
         return SearchConfig(kind, base_url, api_key=api_key, api_key_env=api_key_env, max_results=max_results)
 
+    def tab(self, raw: Any, routes: list[ModelRoute]) -> TabConfig | None:
+        entry = self._table("tab", raw, TAB_KEYS)
+        if entry is None:
+            return None
+        ref = entry.get("model")
+        if not isinstance(ref, str) or not ref.strip():
+            raise self.table_fail("tab", 'model is required: "<provider name>/<model id>" (or a model id unique '
+                                  "in this file)", "model")
+        name, _, model_id = ref.partition("/")
+        matches = [r for r in routes if r.provider == name and r.model_id == model_id]
+        if not matches:
+            matches = [r for r in routes if r.model_id == ref]
+            if len(matches) > 1:
+                raise self.table_fail("tab", f"model {ref!r} is the id of {len(matches)} models ("
+                                      + ", ".join(f"{r.provider}/{r.model_id}" for r in matches)
+                                      + '); write "<provider name>/<model id>"', "model")
+        if not matches:
+            raise self.table_fail("tab", f"model {ref!r} names no model in this file; write "
+                                  '"<provider name>/<model id>"', "model")
+
+        def positive(key: str, default: int, most: int) -> int:
+            value = entry.get(key, default)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+                raise self.table_fail("tab", f"{key} must be an integer from 1 to {most}", key)
+            return value
+
+        return TabConfig(matches[0].public_id, max_tokens=positive("max_tokens", TAB_DEFAULT_MAX_TOKENS, 4096),
+                         max_lines=positive("max_lines", TAB_DEFAULT_MAX_LINES, 200))
+
     def image_generation(self, raw: Any) -> ImageConfig | None:
         entry = self._table("image_generation", raw, IMAGE_GENERATION_KEYS)
         if entry is None:
@@ -411,6 +524,32 @@ class _Validator:
             raise self.table_fail("image_generation", "size must look like \"1024x1024\" (or \"auto\")", "size")
         api_key, api_key_env = self._key("image_generation", entry, required=True)
         return ImageConfig(base_url, model, api_key=api_key, api_key_env=api_key_env, size=size)
+
+    # ---- [features] --------------------------------------------------------------------------------
+
+    def features(self, raw: Any, routes: list[ModelRoute]) -> FeaturesConfig:
+        entry = self._table("features", raw, frozenset((*FEATURES, "default")))
+        if entry is None:
+            return FeaturesConfig()
+        named = [(key, self.named_model("features", key, ref, routes)) for key, ref in entry.items()]
+        for key, route in named:
+            if route.kind in FIM_KINDS:
+                raise self.table_fail("features", f"{key} names {route.provider}/{route.model_id}, a fill-in-the-middle "
+                                      f"model ({route.kind}): it serves Tab only; name a chat model", key)
+        return FeaturesConfig(tuple((key, route.public_id) for key, route in named))
+
+    def named_model(self, table: str, key: str, ref: Any, routes: list[ModelRoute]) -> ModelRoute:
+        """The model a top-level table names as "<provider name>/<model id>" (the model id may hold
+        slashes itself: the provider name ends at the first one)."""
+        shape = '"<provider name>/<model id>", e.g. "deepseek/deepseek-chat"'
+        if not isinstance(ref, str) or "/" not in ref.strip("/"):
+            raise self.table_fail(table, f"{key} must name one of your models as {shape}", key)
+        provider, _, model_id = ref.partition("/")
+        for route in routes:
+            if route.provider == provider and route.model_id == model_id:
+                return route
+        known = ", ".join(f"{r.provider}/{r.model_id}" for r in routes) or "none: add [[providers]] first"
+        raise self.table_fail(table, f"{key} = {ref!r} names no model in this file (models: {known})", key)
 
     def provider(self, p: int, entry: dict[str, Any],
                  seen_names: dict[str, str]) -> list[tuple[ModelRoute, str]]:
@@ -472,9 +611,9 @@ class _Validator:
         prompt_cache_key = entry.get("prompt_cache_key", False)
         if not isinstance(prompt_cache_key, bool):
             raise fail("prompt_cache_key must be true or false", "prompt_cache_key")
-        if prompt_cache_key and kind == "anthropic":
-            raise fail("prompt_cache_key is for openai_chat / openai_responses; anthropic providers always get "
-                       "cache_control breakpoints", "prompt_cache_key")
+        if prompt_cache_key and kind not in ("openai_chat", "openai_responses"):
+            raise fail("prompt_cache_key is for openai_chat / openai_responses (anthropic providers always get "
+                       "cache_control breakpoints)", "prompt_cache_key")
 
         models = entry.get("models")
         if not isinstance(models, list) or not models or not all(isinstance(m, dict) for m in models):
@@ -569,6 +708,19 @@ class _Validator:
                            "are optional and default to the input price", "prices")
             prices = Prices.of(table)
 
+        fim = entry.get("fim", "suffix")
+        if "fim" in entry and kind not in FIM_KINDS:
+            raise fail(f"fim is for fill-in-the-middle kinds ({', '.join(FIM_KINDS)}); a {kind} model serving Tab "
+                       "gets a chat prompt", "fim")
+        if fim not in FIM_TEMPLATES:
+            got = f" (got {fim!r})" if isinstance(fim, str) else ""
+            raise fail(f"fim must be one of {', '.join(FIM_TEMPLATES)}{got}", "fim")
+        if kind == "mistral_fim" and fim != "suffix":
+            raise fail("fim must be \"suffix\" for mistral_fim: Mistral's FIM endpoint takes prompt and suffix", "fim")
+        if kind in FIM_KINDS:
+            for key in ("reasoning_effort", "supports_images", "supports_thinking", "compact_at", "summary_model"):
+                if key in entry:
+                    raise fail(f"{key} is for chat models; a {kind} model only serves Tab", key)
         supports_images = flag("supports_images", False)
         supports_thinking = flag("supports_thinking", effort is not None or thinking_budget is not None)
 
@@ -598,6 +750,7 @@ class _Validator:
             supports_thinking=supports_thinking,
             compact_at=float(compact_at),
             prices=prices,
+            fim=fim,
             problems=tuple(problems),
             where=full_where,
         )
@@ -645,7 +798,7 @@ _Signature = tuple[int, int, int] | None
 """(mtime_ns, size, inode) of the file, or None when it does not exist."""
 
 
-def _signature(path: Path) -> _Signature:
+def file_signature(path: Path) -> _Signature:
     try:
         st = path.stat()
     except FileNotFoundError:
@@ -655,7 +808,39 @@ def _signature(path: Path) -> _Signature:
     return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
-class ProvidersFile:
+class WatchedFile:
+    """A config file reloaded when it changes: on access (one `stat`) and from `watch()`, a poll
+    that runs the `stat` and the parse in a worker thread (the event loop carries live traffic).
+    One reload at a time: while the poller reloads, an access keeps the config it has."""
+
+    what = "config file"
+
+    def __init__(self) -> None:
+        self._reloading = threading.Lock()
+
+    def refresh(self, *, force: bool = False) -> bool:
+        """Reload if the file changed (or `force`); True when the config in use changed."""
+        if not self._reloading.acquire(blocking=False):
+            return False  # the poller is reloading it right now
+        try:
+            return self._reload(force)
+        finally:
+            self._reloading.release()
+
+    def _reload(self, force: bool) -> bool:
+        raise NotImplementedError
+
+    async def watch(self, interval_s: float = 2.0) -> None:
+        """Poll the file until cancelled (mitmproxy runs this as a background task)."""
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await asyncio.to_thread(self.refresh)
+            except Exception:  # never let the watcher die on a surprise; log and keep polling
+                logger.exception("%s watcher failed", self.what)
+
+
+class ProvidersFile(WatchedFile):
     """The current providers config of one path; reloads when the file changes.
 
     `current()` costs one `stat`; the file is parsed only when (mtime_ns, size, inode) changed.
@@ -664,7 +849,13 @@ class ProvidersFile:
     when nothing asks for the config.
     """
 
+    what = "providers file"
+
     def __init__(self, path: Path | str | None = None) -> None:
+        super().__init__()
+        self.error_level = logging.ERROR
+        """How a broken file is logged. The addon lowers it to WARNING while mitmproxy starts (an
+        error logged then makes mitmproxy exit; a broken file must leave it running, no user models)."""
         self._path: Path | None = None
         self._config = ProvidersConfig()
         self._sig: _Signature | str = "unset"
@@ -699,15 +890,19 @@ class ProvidersFile:
     def models(self) -> tuple[ModelRoute, ...]:
         return self.current().models
 
+    @property
+    def agent_models(self) -> tuple[ModelRoute, ...]:
+        """The models the agent can run on: the picker's (fill-in-the-middle models serve Tab only)."""
+        return self.current().agent_models
+
     def lookup(self, public_id: str) -> ModelRoute | None:
         """The route for `requested_model.model_id`, or None (not a user model: pass upstream)."""
         return self.current().lookup(public_id)
 
-    def refresh(self, *, force: bool = False) -> bool:
-        """Reload if the file changed (or `force`); True when the config in use changed."""
+    def _reload(self, force: bool) -> bool:
         if self._path is None:
             return False
-        sig = _signature(self._path)
+        sig = file_signature(self._path)
         if sig == self._sig and not force:
             return False
         self._sig = sig
@@ -722,31 +917,27 @@ class ProvidersFile:
             self.last_error = e
             kept = (f"keeping the last good config ({len(self._config)} models)" if self._config.models
                     else "no user models until it is fixed")
-            logger.error("providers file error: %s; %s", e, kept)
+            logger.log(self.error_level, "providers file error: %s; %s", e, kept)
             return False
         self.last_error = None
         for warning in warnings:
             logger.warning("providers file %s: %s", self._path, warning)
         logger.info("providers file %s: %d model(s): %s", self._path, len(config),
                     ", ".join(f"{m.public_id}={m.provider}/{m.model_id}" for m in config.models) or "-")
+        if config.features:
+            logger.info("providers file %s: [features] %s", self._path, ", ".join(
+                f"{feature}={route.provider}/{route.model_id}" for feature, public_id in config.features.models
+                if (route := config.lookup(public_id)) is not None))
         return self._use(config)
 
     def _use(self, config: ProvidersConfig) -> bool:
-        changed = (config.models, config.web_search, config.image_generation) != (
-            self._config.models, self._config.web_search, self._config.image_generation)
+        changed = (config.models, config.web_search, config.image_generation, config.tab, config.features) != (
+            self._config.models, self._config.web_search, self._config.image_generation, self._config.tab,
+            self._config.features)
         self._config = config
         if changed:
             self.generation += 1
         return changed
-
-    async def watch(self, interval_s: float = 2.0) -> None:
-        """Poll the file until cancelled (mitmproxy runs this as a background task)."""
-        while True:
-            await asyncio.sleep(interval_s)
-            try:
-                self.refresh()
-            except Exception:  # never let the watcher die on a surprise; log and keep polling
-                logger.exception("providers file watcher failed")
 
 
 def redact(text: str, routes: Iterable[ModelRoute]) -> str:

@@ -49,7 +49,7 @@ from ..wire.errors import ProviderError
 from .transcript import AssistantItem, ImagePart, TextPart, ToolResultItem, UserItem
 from . import common, failures
 from .base import (
-    Done, HttpRequest, ModelEvent, ModelRequest, ProviderProtocolError, SseEvent, Start, TextDelta, TextEnd, TextStart, ThinkingDelta, ThinkingEnd, ThinkingStart, ToolCallDelta, ToolCallEnd, ToolCallStart, Usage,
+    Done, HttpRequest, ModelEvent, ModelRequest, ProviderProtocolError, TextDelta, TextEnd, TextStart, ThinkingDelta, ThinkingEnd, ThinkingStart, ToolCallDelta, ToolCallEnd, ToolCallStart, Usage,
 )
 from .common import api_key, data_url, endpoint, json_headers, merge_extra_body, reject_knob, schema
 
@@ -154,7 +154,7 @@ class _Call:
     arguments: list[str] = field(default_factory=list)
 
 
-class Fold:
+class Fold(common.DataChunkFold):
     """Chat completion chunks -> model events. Pure; raises ProviderError / ProviderProtocolError."""
 
     def __init__(self, provider: str = "OpenAI Chat") -> None:
@@ -169,21 +169,8 @@ class Fold:
         self._usage: Usage | None = None
         self._done = False
 
-    def feed(self, event: SseEvent) -> list[ModelEvent]:
-        data = event.data.strip()
-        if common.is_done_sentinel(data):
-            return [] if self._done else self._on_done()  # one-api repeats [DONE]
-        if self._done:
-            raise ProviderProtocolError(f"{self._provider}: data after [DONE]")
-        if not data:
-            return []
-        chunk = common.event_json(self._provider, data)
-        if chunk.get("error"):
-            raise failures.stream_error(self._provider, chunk)
+    def _chunk(self, chunk: dict) -> list[ModelEvent]:
         out: list[ModelEvent] = []
-        if not self._started:
-            self._started = True
-            out.append(Start(response_id=chunk.get("id")))
         if chunk.get("usage"):
             if self._usage is not None:
                 raise ProviderProtocolError(f"{self._provider}: usage reported twice")
@@ -282,10 +269,7 @@ class Fold:
         return out
 
     def _on_done(self) -> list[ModelEvent]:
-        if self._finish is None:
-            raise ProviderError(f"{self._provider}: the stream ended ([DONE]) without a finish_reason.")
-        self._done = True
-        out: list[ModelEvent] = [self._usage] if self._usage is not None else []
+        out: list[ModelEvent] = self._finished()
         reason: Literal["stop", "tool_use", "length"]
         if self._finish == "length":
             reason = "length"

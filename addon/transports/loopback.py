@@ -16,21 +16,24 @@ from mitmproxy import http
 from ..router import Rpc, classify
 from ..wire import connect
 from ..wire.errors import RunCanceled
+from .stream_server import AUTH_HEADER, StreamServer
 
 log = logging.getLogger("byok.loopback")
 
 CONNECT_PROTO = "application/connect+proto"
 ANSWERED_HERE = ("rejected", "run-probe", "answered", "status")
 """`flow.metadata["byok"]` of responses built in `request`: complete, nothing to stream."""
-INTERNAL_HEADERS = ("x-byok-request-id", "x-byok-run", "x-byok-call")
+INTERNAL_HEADERS = ("x-byok-request-id", "x-byok-run", "x-byok-call", AUTH_HEADER)
 
 
-def point_at_loopback(flow: http.HTTPFlow, port: int, header: str, value: str) -> None:
-    """Send this flow to the loopback server; `header: value` tells the server what to serve."""
+def point_at_loopback(flow: http.HTTPFlow, server: StreamServer, header: str, value: str) -> None:
+    """Send this flow to the loopback server; `header: value` tells the server what to serve, and a
+    proof of the process's secret for exactly that lets it in (stream_server.LoopbackSecret)."""
     request = flow.request
     flow.metadata["byok_target"] = (request.scheme, request.host, request.port)
     request.headers[header] = value
-    request.scheme, request.host, request.port = "http", "127.0.0.1", port
+    request.headers[AUTH_HEADER] = server.secret.proof(header, value)
+    request.scheme, request.host, request.port = "http", "127.0.0.1", server.port
 
 
 def stream_error(flow: http.HTTPFlow, error: connect.ConnectError, what: str = "RunSSE") -> None:
@@ -80,6 +83,7 @@ class FlowStreaming:
             flow.response.stream = True
 
     def error(self, flow: http.HTTPFlow) -> None:
+        flow.request.headers.pop(AUTH_HEADER, None)  # a failed flow is kept and shown: no proof in it
         request_id = flow.metadata.get("byok_request_id")
         runtime = self.backend.runtime
         if request_id and runtime is not None and flow.metadata.get("byok_target"):

@@ -125,20 +125,25 @@ class OneShotCalls:
             error = e if isinstance(e, connect.ConnectError) else connect.ConnectError(connect.Code.INVALID_ARGUMENT, str(e))
             self._error(flow, service, error)
             return
-        route = service.route_for(message, backend.providers.current())
+        config = backend.providers.current()
+        route = service.route_for(message, config)
         if route is None or not backend.allowed(flow) or not backend.routes_for_flow(flow, [route]):
             flow.metadata["byok"] = "upstream"  # Cursor answers it, as it was sent
             return
         ctx = CallContext(
             request_id=request_id, route=route, http=backend.http, limits=backend.provider_limits,
             store=backend.store, headers={k.lower(): v for k, v in flow.request.headers.items()},
-            user=authenticated_user(flow), deadline_s=_deadline_s(flow.request.headers),
+            user=authenticated_user(flow), deadline_s=_deadline_s(flow.request.headers), config=config,
         )
         flow.metadata["byok"] = f"assist:{service.feature}"
         if service.streaming:
+            if "content-length" not in flow.request.headers and "transfer-encoding" not in flow.request.headers:
+                # an HTTP/2 request often has neither; on mitmproxy's HTTP/1.1 hop to the loopback server
+                # its body would then follow a request that says it has none (docs/architecture.md)
+                flow.request.headers["content-length"] = str(len(flow.request.raw_content or b""))
             token = secrets.token_urlsafe(16)
             backend.server.expect_call(token, lambda response: self._stream(service, message, ctx, response))
-            point_at_loopback(flow, backend.server.port, CALL_HEADER, token)
+            point_at_loopback(flow, backend.server, CALL_HEADER, token)
             return
         encoding = _encoding(content_type)
         try:

@@ -110,6 +110,7 @@ class RunTransport:
         self.relays: dict[str, str] = {}
         """relay token -> request id of the Run it carries (the backend tags the relay leg's flow)."""
         self.active: set[asyncio.Task] = set()
+        self.tls = TrustedCa()
 
     # ---- from the backend's requestheaders hook ---------------------------------------------------
 
@@ -252,7 +253,7 @@ class RunTransport:
         conn: H2Connection | None = None
         outbound: asyncio.Task | None = None
         try:
-            context = ssl.create_default_context(cafile=target.ca_file)
+            context = await self.tls.context(target.ca_file)
             address = (target.host, target.port) if target.tunnel else target.listener
             conn = await H2Connection.open(*address, ssl_context=context, server_hostname=target.host,
                                            proxy=target.listener if target.tunnel else None,
@@ -283,6 +284,28 @@ class RunTransport:
             self.relays.pop(relay_token, None)
             if conn is not None:
                 await conn.close()
+
+
+class TrustedCa:
+    """TLS contexts trusting mitmproxy's CA, one per CA file, read in a worker thread (reading and
+    parsing the file on the event loop for every relayed Run would stall live traffic). A CA file
+    that changed (mtime or size) is read again."""
+
+    def __init__(self) -> None:
+        self._contexts: dict[str, tuple[tuple[int, int], ssl.SSLContext]] = {}
+
+    async def context(self, ca_file: str) -> ssl.SSLContext:
+        return await asyncio.to_thread(self._context, ca_file)
+
+    def _context(self, ca_file: str) -> ssl.SSLContext:
+        st = os.stat(ca_file)
+        stamp = (st.st_mtime_ns, st.st_size)
+        cached = self._contexts.get(ca_file)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        context = ssl.create_default_context(cafile=ca_file)
+        self._contexts[ca_file] = (stamp, context)
+        return context
 
 
 async def _pump_up(stream, prefix: bytes, body: ChunkedBody) -> None:
@@ -370,7 +393,7 @@ class RunH2Headers:
         flow.metadata["byok"] = "run"
         request.headers["transfer-encoding"] = "chunked"  # else mitmproxy's HTTP/1.1 hop has no body framing
         request.headers.pop("content-length", None)
-        point_at_loopback(flow, backend.server.port, RUN_STREAM_HEADER, token)
+        point_at_loopback(flow, backend.server, RUN_STREAM_HEADER, token)
         request.stream = self._tee(flow)
 
     def _tee(self, flow: http.HTTPFlow):

@@ -86,7 +86,7 @@ class RunSseTransport:
                 f"request {request_id} belongs to another user; it is not streamed to this client").to_connect())
             return
         flow.metadata["byok"] = "local"
-        point_at_loopback(flow, backend.server.port, RUN_HEADER, request_id)
+        point_at_loopback(flow, backend.server, RUN_HEADER, request_id)
 
     # ---- BidiAppend ------------------------------------------------------------------------------
 
@@ -118,6 +118,8 @@ class RunSseTransport:
         route = runtime.on_append(append.request_id, append.seqno, append.message, append.raw,
                                   local_allowed=allowed, user=user, parent_tool_call_id=parent)
         if route is None:
+            log.info("[%s] BidiAppend seqno %d came before the run_request: held until the route is known",
+                     append.request_id, append.seqno)
             try:
                 await self._wait_route(append.request_id)
             except RouteTimeout as e:

@@ -8,14 +8,25 @@ upstream response. Only mitmproxy connects here (127.0.0.1, ephemeral port). The
 An HTTP/2 `Run` (bidi) arrives here as an HTTP/1.1 request whose chunked body streams while the
 response streams back (`x-byok-run` names it; mitmproxy translates the client's HTTP/2 stream). The
 backend adds `transfer-encoding: chunked` to that request: without it mitmproxy would forward an
-HTTP/1.1 request with no body framing at all. The Run transport (`run_transport.py`) gets the body
+HTTP/1.1 request with no body framing at all. The Run transport (`run_h2.py`) gets the body
 as an async iterator of chunks and a `ChunkedResponse` to answer into.
+
+Only the proxy may ask: any local process can connect to 127.0.0.1, and one that knows a live
+request id could otherwise take that run's stream (bypassing the per-user check of the transports).
+Every request must carry `x-byok-auth`, a proof of this process's secret (random at start, never
+logged) bound to what the request names (`LoopbackSecret`); one without it is refused before anything
+is looked up. The proxy adds the proof to each flow it points here, and removes it again with the
+other internal headers when the response starts (loopback.py), so a proof in a flow file or mitmweb
+opens nothing but that one, already used, request.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import logging
+import secrets
 from collections.abc import Awaitable, Callable
 
 from ..wire import connect
@@ -29,12 +40,20 @@ RUN_STREAM_HEADER = "x-byok-run"
 CALL_HEADER = "x-byok-call"
 """A one-shot server stream (transports/one_shot.py): the token of a call registered with `expect_call`."""
 CALL_TTL_S = 60.0
+AUTH_HEADER = "x-byok-auth"
+"""Proof of the process's secret for the request's naming header (LoopbackSecret.proof)."""
+NAMING_HEADERS = (CALL_HEADER, RUN_STREAM_HEADER, RUN_HEADER)
+"""What a request to this server names, in the order `_handle` dispatches on them."""
 
 CallServe = Callable[["ChunkedResponse"], Awaitable[None]]
 """Writes one streamed answer (status, chunks, end); cancelled when the client goes away."""
 
 RunStreamHandler = Callable[[str, "ChunkedBody", "ChunkedResponse"], Awaitable[None]]
 """(token from x-byok-run, request body, response) -> serves one HTTP/2 Run."""
+
+
+class MalformedRequest(Exception):
+    """A request this server cannot read (a bad chunk size or content-length): answered 400, closed."""
 
 
 class BodyAborted(Exception):
@@ -57,14 +76,14 @@ class ChunkedBody:
             raise StopAsyncIteration
         try:
             while True:
-                size = int((await self._reader.readuntil(b"\r\n")).split(b";")[0], 16)
+                size = _number((await self._reader.readuntil(b"\r\n")).split(b";")[0], 16, "chunk size")
                 if size == 0:
                     await self._reader.readuntil(b"\r\n")  # no trailers from mitmproxy
                     self.ended = True
                     raise StopAsyncIteration
                 data = await self._reader.readexactly(size + 2)
                 return data[:-2]
-        except (asyncio.IncompleteReadError, ConnectionError, ValueError, asyncio.LimitOverrunError) as e:
+        except (asyncio.IncompleteReadError, ConnectionError, MalformedRequest, asyncio.LimitOverrunError) as e:
             raise BodyAborted(f"request body cut: {type(e).__name__}") from None
 
 
@@ -102,10 +121,33 @@ class ChunkedResponse:
         self._writer.transport.abort()
 
 
+class LoopbackSecret:
+    """This process's secret for its loopback server, made at start and never logged or shown. A
+    request proves it with an HMAC of the header that names what it wants and that header's value."""
+
+    def __init__(self) -> None:
+        self._key = secrets.token_urlsafe(32).encode()
+
+    def __repr__(self) -> str:
+        return "LoopbackSecret(<hidden>)"
+
+    def proof(self, header: str, value: str) -> str:
+        return hmac.new(self._key, f"{header.lower()}:{value}".encode(), hashlib.sha256).hexdigest()
+
+    def admits(self, headers: dict[str, str]) -> bool:
+        """Whether a request (its lowercased headers) proves the secret for what it names."""
+        naming = next((h for h in NAMING_HEADERS if h in headers), None)
+        if naming is None:
+            return False
+        expected = self.proof(naming, headers[naming]).encode()
+        return hmac.compare_digest(headers.get(AUTH_HEADER, "").encode("latin-1"), expected)
+
+
 class StreamServer:
     def __init__(self, lookup: Callable[[str], Run | None], run_stream: RunStreamHandler | None = None) -> None:
         self._lookup = lookup
         self._run_stream = run_stream
+        self.secret = LoopbackSecret()
         self._server: asyncio.base_events.Server | None = None
         self.port = 0
         self._conns: set[asyncio.Task] = set()
@@ -145,6 +187,12 @@ class StreamServer:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
                 headers = _parse_headers(head)
+                if not self.secret.admits(headers):  # before any lookup: a refused request learns nothing
+                    peer = writer.get_extra_info("peername")
+                    log.warning("stream server: refused a request without the proxy's proof (from %s)",
+                                f"{peer[0]}:{peer[1]}" if peer else "?")
+                    writer.write(b"HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                    return
                 if CALL_HEADER in headers:
                     await _drain_body(reader, headers)
                     await self._serve_call(headers[CALL_HEADER], reader, ChunkedResponse(writer))
@@ -170,8 +218,9 @@ class StreamServer:
                 del run  # a kept-alive connection must not hold the finished run until it closes
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
-        except asyncio.CancelledError:
-            pass  # shutdown after the grace period; re-raising only adds asyncio noise on 3.11
+        except (MalformedRequest, asyncio.LimitOverrunError) as e:
+            log.warning("stream server: unreadable request (%s); answered 400", e)
+            writer.write(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
         finally:
             writer.close()
             self._conns.discard(task)
@@ -195,8 +244,13 @@ class StreamServer:
                 serving.cancel()
                 await asyncio.wait([serving])
             gone.cancel()
-        if not serving.cancelled() and serving.exception() is not None:
-            log.error("one-shot call failed", exc_info=serving.exception())
+        if gone.done() and not gone.cancelled():
+            gone.exception()  # retrieved: a reset connection is the client leaving, not an error
+        error = None if serving.cancelled() else serving.exception()
+        if isinstance(error, ConnectionError):
+            log.debug("one-shot call: the client went away while it was answered (%s)", error)
+        elif error is not None:
+            log.error("one-shot call failed", exc_info=error)
 
     async def _stream(self, run: Run, writer: asyncio.StreamWriter) -> None:
         writer.write(
@@ -223,10 +277,20 @@ def _parse_headers(head: bytes) -> dict[str, str]:
 
 async def _drain_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> None:
     if "content-length" in headers:
-        await reader.readexactly(int(headers["content-length"]))
+        await reader.readexactly(_number(headers["content-length"], 10, "content-length"))
     elif headers.get("transfer-encoding", "").lower() == "chunked":
         while True:
-            size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+            size = _number((await reader.readuntil(b"\r\n")).split(b";")[0], 16, "chunk size")
             await reader.readexactly(size + 2)
             if size == 0:
                 return
+
+
+def _number(text: str | bytes, base: int, what: str) -> int:
+    """A chunk size (hex) or content-length (decimal), strictly: digits only (int() would also take
+    signs, underscores and 0x)."""
+    raw = (text.decode("latin-1") if isinstance(text, bytes) else text).strip()
+    digits = "0123456789abcdefABCDEF" if base == 16 else "0123456789"
+    if not raw or len(raw) > 16 or any(c not in digits for c in raw):
+        raise MalformedRequest(f"bad {what} {raw[:40]!r}")
+    return int(raw, base)

@@ -5,6 +5,7 @@
     ├── ProviderError           the user's LLM provider failed     -> unavailable, ERROR_PROVIDER_ERROR
     ├── ConfigError             the user's config cannot serve it  -> failed_precondition, shown at once
     ├── AckTimeout              a blob SET was not ACKed in time   -> unavailable, ERROR_TIMEOUT
+    ├── DeadlineExceeded        the client's own deadline is up    -> deadline_exceeded, ERROR_TIMEOUT
     ├── InternalError           our bug or a store failure         -> internal, ERROR_INTERNAL
     ├── AccessDenied            a client that may not use the user's models -> permission_denied
     ├── BudgetExceeded          a team user's monthly budget is used up -> resource_exhausted
@@ -151,6 +152,20 @@ class ConfigError(RunError):
 
 class AckTimeout(RunError):
     code = Code.UNAVAILABLE
+
+    def to_connect(self) -> ConnectError:
+        return ConnectError(
+            self.code,
+            self.message,
+            [error_details(_E.ERROR_TIMEOUT, title="Timeout", detail=self.message, retryable=True)],
+        )
+
+
+class DeadlineExceeded(RunError):
+    """A one-shot call (addon/assist/) would outlast the client's `connect-timeout-ms`: it ends a little
+    before, with an error the client still reads, instead of being cut off mid-call."""
+
+    code = Code.DEADLINE_EXCEEDED
 
     def to_connect(self) -> ConnectError:
         return ConnectError(

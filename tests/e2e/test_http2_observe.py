@@ -4,7 +4,6 @@ in stream order, and the `-w` flow file keeps both bodies for the Cursor Agent v
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 
 import pytest
@@ -14,6 +13,7 @@ from byok import contentview
 from byok.cli.client import user_turn_request
 from tests.e2e.conftest import run, start_proxy
 from tests.support.fake_h2_cursor import FakeH2Cursor
+from tests.support.waiting import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
 
@@ -28,7 +28,8 @@ def test_observe_mode_records_a_run_without_answering_it(tmp_path, provider):
                     result = await client.run(user_turn_request("observe me", model_id=ids["openai_chat"],
                                                                 conversation_id="conv-observe-h2"),
                                               request_id="observed-run")
-                    await asyncio.sleep(0.3)
+                    # the request side ends after the response: until Cursor's backend saw it end
+                    await until(lambda: upstream.runs and upstream.runs[0].request_ended, "the request to end upstream")
                     return result, client
 
             result, client = run(scenario())
@@ -61,7 +62,7 @@ def test_observe_mode_records_a_run_without_answering_it(tmp_path, provider):
     view = contentview.CursorAgentView()
     title, lines = view.render(flow.request.raw_content, content_type="application/connect+proto", flow=flow,
                         http_message=flow.request)
-    assert title == "Cursor Agent: Run request: 2 frame(s), no end-stream yet"
+    assert title == "Cursor Agent: Run request: 2 frame(s), ended"  # not "no end-stream yet" (issue 24.4.14)
     text = ["".join(t for _, t in line) for line in lines]
     assert "run_request" in text[0] and "model=" in text[0] and "kv_client_message" in text[2]
     title, _ = view.render(flow.response.raw_content, content_type="application/connect+proto", flow=flow,

@@ -4,7 +4,6 @@ engine as RunSSE; a Cursor-model Run relayed to a fake HTTP/2 Cursor backend byt
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sqlite3
 
@@ -16,6 +15,7 @@ from byok.proto import agent_pb2 as apb, aiserver_pb2 as spb
 from tests.e2e.conftest import run, start_proxy
 from tests.e2e.harness import run_with_executor, stage_then_leave
 from tests.support.scripted_provider import CHAT, Hang, HttpError, Usage
+from tests.support.waiting import until, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
 
@@ -81,7 +81,8 @@ def test_a_cursor_model_run_is_relayed_to_an_http2_upstream_byte_for_byte(tmp_pa
                 async with proxy.h2_client() as client:
                     result = await client.run(user_turn_request("hi", model_id="claude-4.5-sonnet"),
                                               request_id="official-run-1")
-                    await asyncio.sleep(0.3)  # the request's end travels on after the response ended
+                    # the request's end travels on after the response ended
+                    await until(lambda: upstream.runs and upstream.runs[0].request_ended, "the request's end upstream")
                     return result, client
 
             result, client = run(scenario())
@@ -188,10 +189,7 @@ def test_resetting_the_stream_cancels_the_run(env, provider, with_end):
 
     error = run(scenario())
     assert error is not None
-    for _ in range(100):
-        if statuses(proxy).get(request_id) not in (None, "running"):
-            break
-        run(asyncio.sleep(0.05))
+    wait_until(lambda: statuses(proxy).get(request_id) not in (None, "running"), "the run's end in the store")
     assert statuses(proxy)[request_id] == "canceled"
     reasons = ("the client's Run stream failed: stream reset by client", "the client reset the Run stream",
                "the client ended its Run request before the response ended")
@@ -238,7 +236,7 @@ def test_the_reverse_listener_serves_runs_for_clients_that_skip_the_proxy(tmp_pa
                 async with H2CursorClient(None, proxy.ca_file, base_url=f"https://127.0.0.1:{port}") as client:
                     local = await client.run(user_turn_request("hi", model_id=ids["openai_chat"]))
                     official = await client.run(user_turn_request("hi", model_id="gpt-5"), request_id="rev-official")
-                    await asyncio.sleep(0.3)
+                    await until(lambda: upstream.runs and upstream.runs[0].request_ended, "the request's end upstream")
                     return local, official
 
             local, official = run(scenario())

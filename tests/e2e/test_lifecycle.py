@@ -3,7 +3,6 @@ off older runs, edits branch, bad blobs end the run; proxy shutdown ends open st
 
 from __future__ import annotations
 
-import asyncio
 import json
 import signal
 import sqlite3
@@ -18,6 +17,7 @@ from byok.proto import agent_pb2 as apb
 from tests.e2e.conftest import run, start_proxy
 from tests.e2e.harness import newer_turn_while_streaming, run_with_executor, stage_then_leave
 from tests.support.scripted_provider import CHAT, Ev, Hang, Sse
+from tests.support.waiting import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -338,14 +338,21 @@ def test_shutdown_aborts_running_execs_before_the_unavailable_end(home, provider
         async def scenario():
             executor = LocalExecutor(workspace)
             async with proxy.client(on_exec=executor.on_exec) as client:
+                request_id = f"shutdown-{sig.name}"
+
+                def shell_started() -> bool:
+                    return any(f.direction == "up" and f.message.exec_client_message.shell_stream.HasField("start")
+                               for f in client.frames(request_id))
+
                 async def on_frame(frame):
                     executor.on_frame(frame)
                     if frame.kind == "exec_server_message":
-                        await asyncio.sleep(0.3)  # the shell is running now
+                        await until(shell_started, "the shell to start")  # it runs now
                         proxy.process.send_signal(sig)
 
                 result = await client.run(user_turn_request("sleep", model_id=ids["openai_chat"],
-                                                            workspace=str(workspace)), on_frame=on_frame)
+                                                            workspace=str(workspace)), request_id=request_id,
+                                          on_frame=on_frame)
                 await executor.aclose()
                 return result
 

@@ -19,6 +19,7 @@ from byok.cli.client import user_turn_request
 from byok.proto import agent_pb2 as apb
 from tests.e2e.conftest import run, start_proxy
 from tests.e2e.harness import WEB_TOKEN
+from tests.support.waiting import until
 from tests.support.scripted_provider import CHAT, Ev, Sse
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
@@ -227,9 +228,12 @@ def test_http2_run_frames_in_mitmweb_both_directions_while_streaming(web, provid
                 await asyncio.sleep(0.02)
             assert not task.done(), "the stream should still be running"
             result = await task
-            await asyncio.sleep(0.3)  # the request side ends after the response
         after_response = await api.view(flow["id"], "response")
-        after_request = await api.view(flow["id"], "request")
+        async def request_ended():  # the request side ends after the response: the view says when
+            shown = await api.view(flow["id"], "request")
+            return shown if shown[0].endswith(", ended") else None
+
+        after_request = await until(request_ended, "the Run request to end")
         after_flow = next(f for f in await api.flows() if f["id"] == flow["id"])
         await api.aclose()
         return result, mid_response, mid_request, after_response, after_request, after_flow
@@ -237,8 +241,10 @@ def test_http2_run_frames_in_mitmweb_both_directions_while_streaming(web, provid
     result, mid_response, mid_request, after_response, after_request, after_flow = run(scenario())
     assert result.end_error is None and result.text() == "".join(words)
     assert mid_response[0].startswith("Cursor Agent: Run response: ") and "no end-stream yet" in mid_response[0]
-    assert mid_request[0].startswith("Cursor Agent: Run request: ")
+    assert mid_request[0].startswith("Cursor Agent: Run request: ") and mid_request[0].endswith("still streaming")
     assert "run_request" in frame_heads(mid_request[1])[0]
+    assert after_request[0] == f"Cursor Agent: Run request: {len([f for f in result.frames if f.direction == 'up'])}" \
+        " frame(s), ended"  # a finished request is not "no end-stream yet" (issue 24.4.14)
     assert after_response[0].endswith(f"{len(result.down())} frame(s), ended")
     up = [f for f in result.frames if f.direction == "up"]
     assert len(frame_heads(after_request[1])) == len(up)

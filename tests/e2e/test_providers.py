@@ -3,7 +3,6 @@ prefix property, cancellation before response headers, config errors, and no key
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sqlite3
 import time
@@ -16,6 +15,7 @@ from byok.cli.client import user_turn_request
 from byok.proto import agent_pb2 as apb, aiserver_pb2 as spb
 from tests.e2e.conftest import run, start_proxy
 from tests.e2e.harness import API_KEY, model_entry, providers_toml, public_id, run_with_executor
+from tests.support.waiting import until
 from tests.support.scripted_provider import CHAT, KINDS, SCRIPTS, Hang, Usage
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
@@ -98,8 +98,8 @@ def test_cancel_while_the_provider_has_not_sent_headers(env, provider):
             request_id = "req-cancel-headers"
 
             async def on_frame(frame):
-                if frame.kind == "conversation_checkpoint_update":
-                    await asyncio.sleep(0.3)  # the provider call is now waiting for headers
+                if frame.kind == "conversation_checkpoint_update":  # the provider call is waiting for headers:
+                    await until(lambda: len(provider.requests) >= hung_index, "the hung provider request")
                     client.append_soon(request_id, apb.AgentClientMessage(conversation_action=apb.ConversationAction(
                         cancel_action=apb.CancelAction())))
 

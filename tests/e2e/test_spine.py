@@ -13,6 +13,7 @@ from byok.wire import connect
 from byok.cli.client import user_turn_request
 from byok.proto import agent_pb2 as apb, aiserver_pb2 as spb
 from tests.e2e.conftest import run, start_proxy
+from tests.support.waiting import until, wait_until
 from tests.support.scripted_provider import CHAT, HttpError, Sse, Usage
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
@@ -200,8 +201,10 @@ def test_out_of_order_and_duplicate_appends(env, provider):
             run_request = apb.AgentClientMessage(run_request=user_turn_request("hi", model_id=model))
 
             async def send_appends():
+                offset = len(proxy.log())
                 early = asyncio.ensure_future(client.append(request_id, heartbeat, seqno=1))
-                await asyncio.sleep(0.3)
+                await until(lambda: f"[{request_id}] BidiAppend seqno 1 came before the run_request"
+                            in proxy.log()[offset:], "the proxy to hold the early append")
                 assert not early.done()  # held until its run_request arrives
                 responses = await asyncio.gather(
                     client.append(request_id, run_request, seqno=0),
@@ -487,13 +490,9 @@ def test_the_client_version_is_recorded_and_exported(env, provider):
     import sqlite3
     from byok.cli import capture
 
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:  # the recorder writes in batches
-        db = sqlite3.connect(proxy.db)
-        row = db.execute("SELECT client_version FROM rpc_clients WHERE request_id = ?", [result.request_id]).fetchone()
-        if row:
-            break
-        time.sleep(0.2)
+    db = sqlite3.connect(proxy.db)
+    row = wait_until(lambda: db.execute("SELECT client_version FROM rpc_clients WHERE request_id = ?",
+                                        [result.request_id]).fetchone(), "the recorder's batch")
     assert row == ("3.16.17",)
     assert capture.export(db, result.request_id).header["cursor_version"] == "3.16.17"
 

@@ -35,6 +35,7 @@ from byok.proto import agent_pb2 as apb
 from tests.e2e.conftest import run, start_proxy
 from tests.e2e.harness import Proxy, ProxyEnv, mode_tools
 from tests.support.fake_web import FakeWeb, tiny_png
+from tests.support.waiting import until
 from tests.support.scripted_provider import CHAT, KINDS, SCRIPTS, Ev, RecordedRequest, Sse
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(30), pytest.mark.usefixtures("fresh_provider")]
@@ -61,7 +62,9 @@ def web():
 @pytest.fixture(scope="module")
 def env(tmp_path_factory, provider, web):
     home = tmp_path_factory.mktemp("tools")
-    proxy, models = start_proxy(home, provider, kinds=KINDS)
+    # WebFetch's pages are scripted in the Cursor-like client; the proxy's own redirect walk would reach
+    # out to their public addresses, so it is off here (test_trust.py walks a server in a namespace)
+    proxy, models = start_proxy(home, provider, kinds=KINDS, byok_web_fetch_check_redirects="false")
     # every tool of every manifest is offered: the web backends are configured (fakes on loopback)
     with open(home / "providers.toml", "a") as f:
         f.write(f'\n[web_search]\nkind = "searxng"\nbase_url = "{web.base_url}"\n'
@@ -116,7 +119,7 @@ class Turn:
 
 def run_turn(env: ProxyEnv, workspace: Path, scripts, *, files: dict[str, str | bytes] | None = None,
              kind: str = "openai_chat", mode: str = "agent", executor: LocalExecutor | None = None,
-             queries: ScriptedQueries | None = None, ack_delay_s: float = 0.05, settle_s: float = 0.0) -> Turn:
+             queries: ScriptedQueries | None = None, ack_delay_s: float = 0.05, settle: bool = False) -> Turn:
     """Queue `scripts`, run one user turn in `mode` over the proxy, execute its tools for real.
 
     Blob ACKs go out `ack_delay_s` late, so a checkpoint that does not wait for its ACK barrier, or a
@@ -142,8 +145,8 @@ def run_turn(env: ProxyEnv, workspace: Path, scripts, *, files: dict[str, str | 
                                     ack_delay_s=ack_delay_s) as client:
             try:
                 result = await client.run(request, on_frame=executor.on_frame)
-                if settle_s:
-                    await asyncio.sleep(settle_s)  # let late client messages go out before the client closes
+                if settle:  # late client messages (after the end-stream) go out before the client closes
+                    await client.appends_sent()
             finally:
                 await executor.aclose()
             return result, dict(client.blobs)
@@ -1006,7 +1009,7 @@ def test_client_protocol_violation_ends_the_run(env, tmp_path, violation):
         executor = LocalExecutor(ws, misbehave=[Misbehave(violation)])
         queries = ScriptedQueries()
     turn = run_turn(env, ws, [CHAT.tool_calls([call])], files={"a.txt": "A\n"}, executor=executor, queries=queries,
-                    settle_s=0.2)
+                    settle=True)
     result = turn.result
     assert result.status == 200
     assert result.end_error is not None and result.end_error.code is connect.Code.INVALID_ARGUMENT
@@ -1101,7 +1104,10 @@ def test_cancel_aborts_the_running_shell_and_its_late_result_is_ignored(env, tmp
             t0 = time.monotonic()
             result = await client.run(request, request_id=request_id, on_frame=on_frame)
             took = time.monotonic() - t0
-            await asyncio.sleep(0.3)  # the aborted exit + stream_close go out after the end-stream
+            # the aborted exit + stream_close go out after the end-stream
+            await until(lambda: any(f.kind == "exec_client_control_message" for f in client.frames(request_id)
+                                    if f.direction == "up"), "the killed shell's stream_close")
+            await client.appends_sent()
             late = await client.append(request_id, apb.AgentClientMessage(
                 exec_client_message=apb.ExecClientMessage(id=1, shell_stream=apb.ShellStream(
                     exit=apb.ShellStreamExit(code=1)))))

@@ -5,7 +5,8 @@ Targets (each at least FUZZ_CASES generated cases, counted and asserted):
   bidi_append    cursor.bidi.decode_bidi_append / decode_run_sse (unary, enveloped) -> ConnectError
   live_run       AgentClientMessage sequences delivered to a live Run with pending KV and exec ids
                                                                                   -> a RunError that is not InternalError
-  sse_<kind>     the three provider SSE folds (bytes -> lines -> events -> ModelCycle) -> ProviderError
+  sse_<kind>     the provider SSE folds, the three chat dialects and the FIM kinds' (bytes -> lines -> events
+                 -> ModelCycle)                                                    -> ProviderError
   contentview    the Cursor Agent content view renderers                          -> never raise
   providers      the providers-file parser                                        -> ConfigFileError
 
@@ -37,11 +38,11 @@ CASES = int(os.environ.get("FUZZ_CASES", "10000"))
 COUNTS: dict[str, int] = {}
 
 
-def fuzz(name: str, strategy, check) -> None:
-    """Run `check` on CASES generated values and assert that many really ran."""
+def fuzz(name: str, strategy, check, *, cases: int = CASES) -> None:
+    """Run `check` on `cases` generated values and assert that many really ran."""
     count = 0
 
-    @settings(max_examples=CASES, deadline=None, database=None, derandomize=False,
+    @settings(max_examples=cases, deadline=None, database=None, derandomize=False,
               suppress_health_check=list(HealthCheck))
     @given(strategy)
     def body(value):
@@ -52,7 +53,7 @@ def fuzz(name: str, strategy, check) -> None:
     body()
     COUNTS[name] = count
     print(f"fuzz {name}: {count} cases")
-    assert count >= CASES
+    assert count >= cases
 
 
 # ---- strategies ------------------------------------------------------------------------------------
@@ -296,6 +297,10 @@ SSE_VOCABULARY = {
                   ["type", "message", "index", "content_block", "delta", "text", "thinking", "signature",
                    "partial_json", "id", "name", "input", "stop_reason", "usage", "input_tokens", "output_tokens",
                    "error", "tool_use", "text_delta", "input_json_delta", "thinking_delta", "content"]),
+    # the fill-in-the-middle kinds' one fold (legacy choices[].text and Mistral's delta.content)
+    "openai_completions": (["", "message"], ["id", "object", "choices", "text", "delta", "content", "index",
+                                              "finish_reason", "usage", "prompt_tokens", "completion_tokens",
+                                              "prompt_tokens_details", "cached_tokens", "error", "message", "logprobs"]),
 }
 
 
@@ -333,10 +338,15 @@ def fold_bytes(kind: str, raw: bytes) -> None:
     from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
     from byok.providers import adapter_for
-    from byok.providers.base import ModelCycle, ProviderProtocolError
+    from byok.providers.base import ModelCycle
     from byok.providers.io import _feed
 
-    fold = adapter_for(kind).new_fold("fuzz")
+    if kind == "openai_completions":
+        from byok.providers.openai_completions import Fold
+
+        fold = Fold("fuzz")
+    else:
+        fold = adapter_for(kind).new_fold("fuzz")
     cycle = ModelCycle()
     lines, sse = SSELineDecoder(), SSEDecoder()
     try:
@@ -348,8 +358,12 @@ def fold_bytes(kind: str, raw: bytes) -> None:
             cycle.feed(event)
     for event in fold.finish():
         cycle.feed(event)
-    cycle.finish()
-    assert ProviderProtocolError  # imported: the typed error family checked by the caller
+    done = cycle.finish()  # no final event: a ProviderError (caught by the caller), never a silent success
+    # a fold that succeeded handed the loop a complete answer: every tool call it started also ended
+    # with its arguments, and a tool_use stop names at least one call
+    assert done.reason in ("stop", "tool_use")
+    assert all(isinstance(c["arguments"], str) for c in cycle.calls.values()), cycle.calls
+    assert done.reason != "tool_use" or cycle.calls
 
 
 @pytest.mark.parametrize("kind", sorted(SSE_VOCABULARY))

@@ -4,8 +4,10 @@
         ns.host_ip                       # this side of the pair (bind a server here)
         subprocess.run(ns.exec_args([sys.executable, "-c", "..."]))  # a client "on another machine"
 
-The pair gets a /30 from 198.18.0.0/15 (RFC 2544, reserved for tests), chosen by the pid. Both are
-removed on exit, also when the body failed; a half-built set-up is removed before the error is raised.
+The pair gets a /30 from 198.18.0.0/15 (RFC 2544, reserved for tests), chosen by the pid, or the /30
+`network` names (a test that needs a public-looking address: while the namespace exists, this machine
+routes that /30 into it, so nothing leaves the machine). Both are removed on exit, also when the body
+failed; a half-built set-up is removed before the error is raised.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 class VethNamespace:
     tag: str = ""
     """Extra name part when one process needs several namespaces at once (one character)."""
+    network: str | None = None
+    """The /30's network address (e.g. "93.184.215.12"); None: one from 198.18.0.0/15 by pid."""
 
     def __post_init__(self) -> None:
         pid = os.getpid()
@@ -40,6 +44,9 @@ class VethNamespace:
         self.host_if, self.ns_if = f"vb{pid}{self.tag}h", f"vb{pid}{self.tag}n"
         block = (pid * 4 + (ord(self.tag) if self.tag else 0) * 4) % (2 * 65536)
         base = (198 << 24) | (18 << 16) | block  # 198.18.0.0/15, one /30 per pid
+        if self.network is not None:
+            a, b, c, d = (int(x) for x in self.network.split("."))
+            base = ((a << 24) | (b << 16) | (c << 8) | d) & ~3
         self.host_ip = _dotted(base + 1)
         self.ns_ip = _dotted(base + 2)
 

@@ -4,6 +4,10 @@
         --set test_upstream=127.0.0.1:PORT --set ssl_insecure=true
 
 The flow keeps its real host (api2.cursor.sh), so the addon's routing sees what Cursor sends.
+Caveat: a connection remapped here never matches the address mitmproxy looks for when it reuses server
+connections, so with connection_strategy=lazy every request opens a new one, and a sixth request on one
+kept-alive client connection stalls. Real traffic (no remap) reuses one connection. Tests that send many
+requests give each its own client connection.
 """
 
 from mitmproxy import ctx

@@ -23,6 +23,9 @@ Usage, without any conftest:
             assert first.json["messages"][0]["role"] == "system"
             assert provider.wait_closed(4).closed_early        # the client gave up on the hang
 
+The fill-in-the-middle kinds are scripted with `COMPLETIONS` (legacy completions chunks, optionally
+with LiteLLM's quirks) and `MISTRAL_FIM` (Mistral's chat-style FIM chunks).
+
 Scripts are lists of SSE items: `Ev(data, event=None, delay_s=0)`, or a bare dict / str (sent as
 `data: ...`), or raw bytes. `Sse(items, abort_after=N)` drops the connection after N items without
 finishing the chunked body (a transport failure); a script without its terminal event simply ends
@@ -46,7 +49,13 @@ from byok.providers.base import Usage
 
 PATHS = {"openai_chat": "/chat/completions", "openai_responses": "/responses", "anthropic": "/messages"}
 KINDS = tuple(PATHS)
-"""The three dialects (provider kinds), in the order tests run them."""
+"""The three chat dialects (provider kinds), in the order tests run them."""
+FIM_PATHS = {"openai_completions": "/v1/completions", "mistral_fim": "/v1/fim/completions"}
+"""The fill-in-the-middle kinds (Tab); with /v1 so `/v1/chat/completions` never takes their scripts."""
+
+
+def _key(where: str) -> str:
+    return PATHS.get(where) or FIM_PATHS.get(where) or where
 DEFAULT_USAGE = Usage(input_tokens=100, output_tokens=20)
 
 
@@ -191,7 +200,7 @@ class ScriptedProvider:
         callable is called with the recorded request when it arrives and returns the script.
         With `match` (parsed JSON body -> bool), the scripts answer only requests it accepts, before
         any unmatched script: concurrent conversations (subagents) each get their own answers."""
-        key = PATHS.get(where, where)
+        key = _key(where)
         with self._lock:
             if match is None:
                 self._queues.setdefault(key, []).extend(scripts)
@@ -199,7 +208,7 @@ class ScriptedProvider:
                 self._routed.setdefault(key, []).extend((match, s) for s in scripts)
 
     def pending(self, where: str) -> int:
-        key = PATHS.get(where, where)
+        key = _key(where)
         with self._lock:
             return len(self._queues.get(key, [])) + len(self._routed.get(key, []))
 
@@ -814,9 +823,95 @@ def common_prefix(a: bytes, b: bytes) -> int:
     return lo
 
 
+class CompletionsScripts:
+    """OpenAI legacy completions chunks (`choices[0].text`, `[DONE]` last). `litellm=True` streams what
+    LiteLLM 1.108.7 sends (PROTOCOL 11.1): no `finish_reason` key on content chunks, a final chunk without
+    `text`, a usage of zeros on every chunk and the real usage in a `choices: [{index}]` chunk."""
+
+    kind = "openai_completions"
+    path = FIM_PATHS[kind]
+
+    def text_reply(self, text: str, *, usage: Usage | None = DEFAULT_USAGE, pieces: int = 3, litellm: bool = False,
+                   delay_s: float = 0.0, first_delay_s: float = 0.0) -> Sse:
+        c = self._chunker(litellm)
+        items: list[SseItem] = [c(p) for p in _pieces(text, pieces)]
+        if first_delay_s and items:
+            items[0] = Ev(items[0], delay_s=first_delay_s)  # type: ignore[arg-type]
+        if delay_s:
+            items = [items[0]] + [Ev(i, delay_s=delay_s) for i in items[1:]]  # type: ignore[arg-type]
+        return Sse(items + self._tail(c, "stop", usage, litellm))
+
+    def length_cutoff(self, text: str, *, usage: Usage | None = DEFAULT_USAGE) -> Sse:
+        c = self._chunker(False)
+        return Sse([c(p) for p in _pieces(text)] + self._tail(c, "length", usage, False))
+
+    def error_event(self, message: str, *, partial_text: str = "Partial") -> Sse:
+        c = self._chunker(False)
+        return Sse([c(partial_text), {"error": {"message": message, "type": "server_error", "param": None, "code": None}}])
+
+    def endless(self, text: str = "x", *, every_s: float = 0.05, count: int = 2000) -> Sse:
+        """A stream that keeps sending `text` (for cancellation tests): the client must close it."""
+        c = self._chunker(False)
+        return Sse([c(text)] + [Ev(c(text), delay_s=every_s) for _ in range(count)] + self._tail(c, "stop", None, False))
+
+    @staticmethod
+    def _chunker(litellm: bool) -> Any:
+        cid = f"cmpl-scripted-{next(_ids)}"
+        zeros = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+
+        def chunk(text: str | None, finish: str | None = None) -> dict:
+            choice: dict = {"index": 0, "logprobs": None}
+            if text is not None:
+                choice["text"] = text
+            if not litellm or finish is not None:
+                choice["finish_reason"] = finish
+            out = {"id": cid, "object": "text_completion", "created": 1700000000, "model": "scripted-fim",
+                   "choices": [choice]}
+            if litellm:
+                out["usage"] = zeros
+            return out
+
+        return chunk
+
+    @staticmethod
+    def _tail(c: Any, finish: str, usage: Usage | None, litellm: bool) -> list[SseItem]:
+        items: list[SseItem] = [c(None if litellm else "", finish)]
+        if usage is not None:
+            u = {"prompt_tokens": usage.input_tokens, "completion_tokens": usage.output_tokens,
+                 "total_tokens": (usage.input_tokens or 0) + (usage.output_tokens or 0)}
+            last = c(None)
+            last["choices"] = [{"index": 0}] if litellm else []
+            last["usage"] = u
+            items.append(last)
+        return items + ["[DONE]"]
+
+
+class MistralFimScripts:
+    """Mistral's `/v1/fim/completions` stream: chat-style chunks (`delta.content`), usage on the last one."""
+
+    kind = "mistral_fim"
+    path = FIM_PATHS[kind]
+
+    def text_reply(self, text: str, *, usage: Usage | None = DEFAULT_USAGE, pieces: int = 3) -> Sse:
+        cid = f"mistral-{next(_ids)}"
+
+        def c(content: str, finish: str | None = None) -> dict:
+            return {"id": cid, "object": "chat.completion.chunk", "created": 1700000000, "model": "codestral-latest",
+                    "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": finish}]}
+
+        items: list[SseItem] = [c(p) for p in _pieces(text, pieces)]
+        last = c("", "stop")
+        if usage is not None:
+            last["usage"] = {"prompt_tokens": usage.input_tokens, "completion_tokens": usage.output_tokens,
+                             "total_tokens": (usage.input_tokens or 0) + (usage.output_tokens or 0)}
+        return Sse(items + [last, "[DONE]"])
+
+
 CHAT = ChatScripts()
 RESPONSES = ResponsesScripts()
 ANTHROPIC = AnthropicScripts()
+COMPLETIONS = CompletionsScripts()
+MISTRAL_FIM = MistralFimScripts()
 SCRIPTS: dict[str, ChatScripts | ResponsesScripts | AnthropicScripts] = {
     "openai_chat": CHAT, "openai_responses": RESPONSES, "anthropic": ANTHROPIC,
 }

@@ -70,14 +70,19 @@ def flow_from(peer: str, mode: str = "regular", sockname: str = "127.0.0.1", hea
     return f
 
 
+def signed_in(auth: ProxyAuth, peer: str, user: str, password: str):
+    """A flow from `peer` that sent these credentials, after mitmproxy's ProxyAuth saw it."""
+    flow = flow_from(peer, headers={"Proxy-Authorization": mkauth(user, password)})
+    auth.requestheaders(flow)
+    return flow
+
+
 def test_the_proxyauth_identity_is_read_from_mitmproxys_own_addon():
     auth = ProxyAuth()
     with taddons.context(auth, ClientAccess()) as tctx:
         tctx.configure(auth, proxyauth="alice:s3cret", listen_host="0.0.0.0")
-        good = flow_from("192.168.1.20", headers={"Proxy-Authorization": mkauth("alice", "s3cret")})
-        auth.requestheaders(good)
-        bad = flow_from("192.168.1.20", headers={"Proxy-Authorization": mkauth("alice", "guess")})
-        auth.requestheaders(bad)
+        good = signed_in(auth, "192.168.1.20", "alice", "s3cret")
+        bad = signed_in(auth, "192.168.1.20", "alice", "guess")
         assert access.authenticated_user(good) == "alice" and access.flow_may_use_user_models(good)
         assert access.authenticated_user(bad) is None and not access.flow_may_use_user_models(bad)
         assert bad.response.status_code == 407  # mitmproxy itself refuses the wrong password
@@ -183,3 +188,81 @@ def test_listening_addresses_are_read_from_proc_and_lsof():
             "mitmdump 7 me 7u IPv6 0x2 0t0 TCP [::1]:8080 (LISTEN)\n"
             "mitmdump 7 me 8u IPv4 0x3 0t0 TCP *:8080 (LISTEN)\n")
     assert parse_lsof(lsof) == ["127.0.0.1", "::1", "0.0.0.0"]
+
+
+# ---- proxyauth=any never identifies a user (issue 24.1) --------------------------------------------
+
+
+def test_proxyauth_any_names_nobody_and_opens_nothing_to_other_machines():
+    auth = ProxyAuth()
+    with taddons.context(auth, ClientAccess()) as tctx:
+        tctx.configure(auth, proxyauth="any", listen_host="127.0.0.1")
+        remote = signed_in(auth, "192.168.1.20", "alice", "anything")
+        local = signed_in(auth, "127.0.0.1", "bob", "x")
+        assert remote.response is None and remote.metadata["proxyauth"] == ("alice", "anything")  # mitmproxy took it
+        assert access.authenticated_user(remote) is None and access.authenticated_user(local) is None
+        assert not access.flow_may_use_user_models(remote)  # as if no proxyauth was set
+        assert access.flow_may_use_user_models(local)
+        tctx.configure(auth, proxyauth="alice:s3cret")
+        assert access.authenticated_user(signed_in(auth, "192.168.1.20", "alice", "s3cret")) == "alice"
+
+
+@pytest.mark.parametrize("proxyauth, exposed_at, team, fatal, words", [
+    ("any", "0.0.0.0:8080", False, True, ("OTHER MACHINES", "0.0.0.0:8080", "--proxyauth user:", "127.0.0.1")),
+    ("any", None, True, True, ("team file", "byok_team", "htpasswd")),
+    ("any", None, False, False, ("no authentication",)),
+])
+def test_proxyauth_any_is_refused_or_warned_about(proxyauth, exposed_at, team, fatal, words):
+    got_fatal, message = access.any_credentials_problem(proxyauth, exposed_at, team)
+    assert got_fatal is fatal and "proxyauth=any" in message and all(w in message for w in words)
+    assert access.any_credentials_problem("alice:pw", "0.0.0.0:8080", True) is None
+    assert access.any_credentials_problem(None, "0.0.0.0:8080", True) is None
+
+
+def test_the_exposure_line_never_says_any_limits_access():
+    exposed, line = describe_exposure([("0.0.0.0", 8080)], "any")
+    assert exposed and "pass proxyauth" not in line and "proxyauth=any checks nothing" in line
+    _, line = describe_exposure([("127.0.0.1", 8443), ("127.0.0.1", 8443), ("127.0.0.1", 8080)], None)
+    assert line.count("127.0.0.1:8443") == 1  # a reverse listener on the same address: shown once
+
+
+def test_proxyauth_any_at_start_is_an_error_on_an_exposed_listener_or_with_a_team(caplog):
+    from byok.options import Options
+
+    async def start_with(options):  # taddons logs through the running loop
+        with taddons.context(ProxyAuth(), Options(), ClientAccess()) as tctx:  # before the servers bind
+            tctx.options.update(proxyauth="any", **options)
+
+    cases = [({"listen_host": "0.0.0.0"}, "ERROR", "OTHER MACHINES"),
+             ({"listen_host": "127.0.0.1", "mode": ["regular@0.0.0.0:8081"]}, "ERROR", "0.0.0.0:8081"),
+             ({"listen_host": "127.0.0.1", "byok_team": "/etc/byok/team.toml"}, "ERROR", "team file"),
+             ({"listen_host": "127.0.0.1"}, "WARNING", "no authentication")]
+
+    async def all_cases():  # one loop: mitmproxy's log handler stays bound to the loop it started on
+        for options, level, words in cases:
+            caplog.clear()
+            await start_with(options)
+            mine = [r for r in caplog.records if "proxyauth=any" in r.getMessage()]
+            assert len(mine) == 1 and mine[0].levelname == level and words in mine[0].getMessage(), options
+
+    asyncio.run(all_cases())
+
+
+def test_proxyauth_any_set_at_run_time_is_refused_where_it_would_identify_users():
+    from mitmproxy import exceptions
+
+    from byok.options import Options
+
+    async def scenario():
+        addon = ClientAccess()
+        with taddons.context(ProxyAuth(), Options(), addon) as tctx:
+            tctx.options.update(listen_host="127.0.0.1", byok_team="/etc/byok/team.toml", proxyauth="alice:s3cret")
+            addon.started = True  # as after `running`
+            with pytest.raises(exceptions.OptionsError, match="team file"):
+                tctx.options.update(proxyauth="any")
+            assert tctx.options.proxyauth == "alice:s3cret"
+            tctx.options.update(byok_team="")
+            tctx.options.update(proxyauth="any")  # loopback, no team: allowed (no authentication)
+            assert tctx.options.proxyauth == "any"
+
+    asyncio.run(scenario())

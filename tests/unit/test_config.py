@@ -10,6 +10,7 @@ from byok.providers.config import (
     ConfigFileError, ModelRoute, ProvidersFile, load_providers, parse_providers, public_model_id, redact,
 )
 from byok.wire.errors import ConfigError
+from tests.support.waiting import until
 
 SECRET = "sk-test-THIS-MUST-NEVER-LEAK-1234567890"
 HEADER_SECRET = "hdr-secret-ALSO-NEVER-LEAK-0987654321"
@@ -344,10 +345,7 @@ def test_watch_polls_until_cancelled(tmp_path):
         task = asyncio.create_task(holder.watch(0.01))
         gen = holder.generation
         bump(path, PROVIDER.format(extra="", model='display_name = "W"'))
-        for _ in range(100):
-            await asyncio.sleep(0.01)
-            if holder.generation != gen:
-                break
+        await until(lambda: holder.generation != gen, "the watcher to reload the file")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

@@ -361,8 +361,73 @@ def test_http2_run_streams_are_decoded_both_ways(registered):
                                 http_message=flow.request) == cv.PRIORITY
     title, lines = view.render(up, content_type="application/connect+proto", flow=flow, http_message=flow.request)
     text = ["".join(t for _, t in line) for line in lines]
-    assert title == "Cursor Agent: Run request: 2 frame(s), no end-stream yet"
+    assert title == "Cursor Agent: Run request: 2 frame(s), ended"  # a request stream ends with the request
     assert "run_request  conversation=c1 model=m1" in text[0] and "kv_client_message.set_blob_result  kv=3" in text[2]
     title, lines = view.render(down, content_type="application/connect+proto", flow=flow, http_message=flow.response)
     assert title == "Cursor Agent: Run response: 2 frame(s), ended"
     assert view.render(b"", flow=flow, http_message=flow.request)[0] == "Cursor Agent: Run request: no bytes yet"
+    flow.request.timestamp_end = None  # mitmweb shows it while the request still streams
+    title, _ = view.render(up, content_type="application/connect+proto", flow=flow, http_message=flow.request)
+    assert title == "Cursor Agent: Run request: 2 frame(s), still streaming"
+
+
+def test_stream_cpp_request_and_frames_are_decoded(registered):
+    from byok.proto import cpp_pb2 as cpb
+
+    request = cpb.StreamCppRequest(current_file=cpb.CurrentFileInfo(
+        relative_workspace_path="a.py", contents="x = \r\ny", cursor_position=cpb.CursorPosition(line=0, column=4),
+        contents_start_at_line=7, line_ending="\r\n"))
+    frames = b"".join(env(m) for m in (
+        cpb.StreamCppResponse(model_info=cpb.StreamCppResponse.ModelInfo()),
+        cpb.StreamCppResponse(range_to_replace=cpb.LineRange(start_line_number=8, end_line_number_inclusive=8)),
+        cpb.StreamCppResponse(text="x = 1"), cpb.StreamCppResponse(done_stream=True))) + connect.encode_end_stream()
+    flow = flow_for("/aiserver.v1.AiService/StreamCpp", request_body=env(request),
+                    request_type="application/connect+proto", response_body=frames)
+    description, lines = auto(flow.request, flow)
+    assert description == "Cursor: StreamCpp request: 1 frame(s), no end-stream yet"
+    assert "file=a.py cursor=0:4 lines=2 contents_start_at_line=7 line_ending='\\r\\n'" in lines[0]
+    description, lines = auto(flow.response, flow)
+    assert description == "Cursor: StreamCpp response: 5 frame(s), ended"
+    heads = [line for line in lines if line.startswith("[")]
+    assert ["model_info" in heads[0], "range 8-8" in heads[1], "text 'x = 1'" in heads[2],
+            "done_stream" in heads[3], "ok" in heads[4]] == [True] * 5
+
+
+def test_unary_tab_rpcs_are_decoded(registered):
+    from byok.proto import cpp_pb2 as cpb
+
+    flow = flow_for("/aiserver.v1.AiService/CppConfig", request_body=cpb.CppConfigRequest(model="m").SerializeToString(),
+                    response_body=cpb.CppConfigResponse(is_on=True).SerializeToString(), response_type="application/proto")
+    description, lines = auto(flow.response, flow)
+    assert description == "Cursor: CppConfig response" and any("is_on: true" in line for line in lines)
+
+
+def test_the_one_shot_calls_and_is_connected_are_decoded(registered):
+    """Issue 23: commit messages (unary, proto and JSON), Cmd-K (a server stream of wrapped responses),
+    IsConnected."""
+    from byok.proto import features_pb2 as fpb
+
+    request = fpb.WriteGitCommitMessageRequest(diffs=["+x"], previous_commit_messages=["Add y"])
+    answer = fpb.WriteGitCommitMessageResponse(commit_message="Add x")
+    flow = flow_for("/aiserver.v1.AiService/WriteGitCommitMessage", request_body=request.SerializeToString(),
+                    response_body=answer.SerializeToString(), response_type="application/proto")
+    assert auto(flow.request, flow) == ("Cursor: WriteGitCommitMessage request", [
+        f"aiserver.v1.WriteGitCommitMessageRequest  {request.ByteSize()} bytes",
+        '    diffs: ["+x"]', '    previous_commit_messages: ["Add y"]'])
+    assert auto(flow.response, flow)[1][1] == '    commit_message: "Add x"'
+    json_flow = flow_for("/aiserver.v1.AiService/WriteGitCommitMessage", request_body=b'{"diffs": ["+x"]}',
+                         request_type="application/json", response_body=b"{}", response_type="application/json")
+    assert auto(json_flow.request, json_flow)[1] == ['{"diffs": ["+x"]}']
+
+    edit = fpb.StreamCmdKResponseContextWrapped(real_response=fpb.StreamCmdKResponse(
+        edit_stream=fpb.StreamCmdKResponse.EditStream(text="  return 1\n", edit_id=1)))
+    stream = env(edit) + connect.encode_end_stream()
+    cmd_k = flow_for("/aiserver.v1.CmdKService/StreamCmdK", request_type="application/connect+proto",
+                     request_body=env(fpb.StreamCmdKRequest(session_id="s")), response_body=stream)
+    title, lines = auto(cmd_k.response, cmd_k)
+    assert title == "Cursor: StreamCmdK response: 2 frame(s), ended"
+    assert "real_response.edit_stream" in lines[0] and '"text": "  return 1\\n"' in lines[1]
+    assert auto(cmd_k.request, cmd_k)[0] == "Cursor: StreamCmdK request: 1 frame(s), ended"  # a request ends itself
+
+    probe = flow_for("/aiserver.v1.NetworkService/IsConnected", response_body=b"", response_type="application/proto")
+    assert auto(probe.response, probe)[0] == "Cursor: IsConnected response"

@@ -103,3 +103,44 @@ def test_compose_wires_the_proxy_to_its_database_ca_and_files(tmp_path):
     named = {m.split(":")[0] for s in services.values() for m in s.get("volumes", []) if not m.startswith(".")}
     assert named <= declared
     assert proxy["ports"] == ["8080:8080"]
+
+
+def test_compose_takes_any_key_variable_from_keys_env_and_the_docs_example_key():
+    """Issue 24.4.13: the docs' first example uses DEEPSEEK_API_KEY; any other goes in keys.env."""
+    compose = YAML(typ="safe").load(COMPOSE.read_text())
+    proxy = compose["services"]["proxy"]
+    assert proxy["env_file"] == [{"path": "./keys.env", "required": False}]
+    assert {"ANTHROPIC_API_KEY", "OPENAI_API_KEY", "DEEPSEEK_API_KEY"} <= set(proxy["environment"])
+    docs = (ROOT / "docs" / "team.md").read_text()
+    assert "keys.env" in docs and "docker compose cp proxy:/data/mitmproxy/mitmproxy-ca-cert.pem" in docs
+    uid = re.search(r"useradd --system --uid (\d+)", DOCKERFILE.read_text()).group(1)
+    assert f"uid {uid}" in docs and f"chown {uid}" in docs
+
+
+def test_entrypoint_refuses_a_mounted_file_its_user_cannot_read(tmp_path):
+    """A providers file copied in with chmod 600 by a host user: the container's user cannot read it."""
+    import os
+    import shutil
+
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        import pytest
+
+        pytest.skip("needs root and setpriv to run the entrypoint as another user")
+    import tempfile
+
+    # under /tmp itself: pytest's own temporary folders are closed to other users
+    etc = Path(tempfile.mkdtemp(prefix="byok-etc-", dir="/tmp"))
+    etc.chmod(0o755)
+    (etc / "providers.toml").write_text("")
+    (etc / "providers.toml").chmod(0o600)  # root's, as a host user's file looks to uid 10001
+    (etc / "htpasswd").write_text("")
+    (etc / "htpasswd").chmod(0o644)
+    env = {"PATH": "/usr/bin:/bin", "BYOK_DB": "postgresql://byok:pw@db/byok", "BYOK_ETC": str(etc)}
+    try:
+        done = subprocess.run(["setpriv", "--reuid=10001", "--regid=10001", "--clear-groups", "sh", "-s"],
+                              input=ENTRYPOINT.read_text(), env=env, capture_output=True, text=True, timeout=30)
+    finally:
+        shutil.rmtree(etc)
+    assert done.returncode == 1
+    assert f"cannot read {etc}/providers.toml" in done.stderr and "uid 10001" in done.stderr
+    assert "chmod 644 team/providers.toml" in done.stderr and "chown 10001 team/providers.toml" in done.stderr

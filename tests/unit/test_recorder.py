@@ -20,6 +20,7 @@ from byok.proto import agent_pb2 as apb, aiserver_pb2 as spb
 from byok.recorder import Captured, FrameWriter, Recorder, now_ms, server_kind
 from byok.store import AsyncStore
 from byok.store.store import Store
+from tests.support.waiting import until
 
 RUN_SSE = "/agent.v1.AgentService/RunSSE"
 BIDI_APPEND = "/aiserver.v1.BidiService/BidiAppend"
@@ -179,8 +180,8 @@ def test_upstream_runsse_tee_copies_records_publishes_and_keeps_the_body(tmp_pat
                 out += tee(stream[i:i + 7])
             assert out == stream  # the tee only copies
             assert len(spy.seen) == 1 and spy.seen[0][1] == stream[:7]  # first chunk at once, then throttled
-            await asyncio.sleep(0.35)
-            assert spy.seen[-1][1] == stream  # the throttled rest arrives within one interval
+            # the throttled rest arrives on the recorder's timer
+            await until(lambda: spy.seen[-1][1] == stream, "the throttled rest of the body")
             tee(b"")  # mitmproxy's end-of-message call
             recorder.response(flow)
             assert flow.response.content == stream

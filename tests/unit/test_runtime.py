@@ -6,12 +6,13 @@ from byok.agent.run import RunSettings
 from byok.agent.runtime import Route, RouteTimeout, Runtime
 from byok.cli.client import user_turn_request
 from byok.proto import agent_pb2 as apb
+from tests.support.waiting import until
 
 
 def make_runtime(started):
     async def never_ending_turn(run):
         started.append(run.request_id)
-        await asyncio.sleep(3600)
+        await asyncio.Event().wait()  # the scenario: a turn that never ends by itself
 
     return Runtime(is_user_model=lambda model_id: model_id == "mine",
                    make_turn=lambda request: never_ending_turn)
@@ -31,7 +32,7 @@ def test_route_decided_by_the_first_run_request():
         assert rt.on_append("a", 0, run_request("mine"), b"") is Route.LOCAL
         assert rt.on_append("b", 0, run_request("cursor-model"), b"") is Route.UPSTREAM
         assert rt.on_append("b", 1, HEARTBEAT, b"") is Route.UPSTREAM
-        await asyncio.sleep(0)
+        await until(lambda: started, "the local turn to start")
         assert rt.run("a") is not None and rt.run("b") is None
         await rt.shutdown(timeout=1)
         return started
@@ -54,8 +55,7 @@ def test_the_provider_waits_for_the_stream_and_a_stream_that_never_comes_ends_th
         rt.on_append("late", 0, run_request("mine"), b"")
         rt.on_append("never", 0, run_request("mine"), b"")
         late, never = rt.run("late"), rt.run("never")
-        await asyncio.sleep(0.05)
-        assert seen == ["prepared", "prepared"]
+        await until(lambda: seen == ["prepared", "prepared"], "both turns prepared")
         late.attach_stream()
         await late.wait()
         await never.wait()
@@ -124,7 +124,7 @@ def test_a_run_request_stuck_behind_a_seqno_gap_expires():
         rt.settings.stream_attach_timeout_s = 0.05
         rt.on_append("gap", 1, run_request("mine"), b"")  # seqno 0 never comes
         run = rt.run("gap")
-        await asyncio.sleep(0.2)
+        await until(lambda: run.terminal and "gap" not in rt.channels, "the stuck run to expire")
         return run, rt.channels
 
     run, channels = asyncio.run(scenario())
@@ -157,7 +157,7 @@ def test_a_run_failing_in_the_same_tick_it_starts_still_ends_and_its_runsse_gets
         rt = make_runtime(started)
         rt.on_append("r", 0, run_request("mine"), b"")
         rt.on_append("r", 1, UNKNOWN_EXEC, b"")
-        await asyncio.sleep(0.05)
+        await until(lambda: rt.run("r").terminal, "the run to end")
         run = rt.stream_run("r")  # the RunSSE reaches the stream server only now
         assert run is not None and run.terminal and not run.stream_attached
         run.attach_stream()
@@ -172,12 +172,13 @@ def test_a_run_failing_in_the_same_tick_it_starts_still_ends_and_its_runsse_gets
 
 def test_a_run_failing_before_its_runsse_attached_is_kept_for_that_runsse():
     async def scenario():
-        rt = make_runtime([])
+        started = []
+        rt = make_runtime(started)
         rt.settings.stream_attach_timeout_s = 0.3
         rt.on_append("r", 0, run_request("mine"), b"")
-        await asyncio.sleep(0.01)  # the turn runs, its stream not there yet
+        await until(lambda: started, "the turn to run (its stream not there yet)")
         rt.on_append("r", 1, UNKNOWN_EXEC, b"")
-        await asyncio.sleep(0.05)
+        await until(lambda: rt.run("r").terminal, "the run to end")
         run = rt.stream_run("r")  # waiting for its stream, or ended: either way that RunSSE gets the end
         run.attach_stream()
         chunks = await drain(run)
@@ -185,9 +186,8 @@ def test_a_run_failing_before_its_runsse_attached_is_kept_for_that_runsse():
         # waits, unclaimed, for its RunSSE until the attach timeout
         rt.on_append("s", 1, run_request("mine"), b"")
         rt.reject_append("s", 0, "empty data")
-        await asyncio.sleep(0.05)
-        kept = rt.run("s")
-        await asyncio.sleep(0.4)
+        kept = await until(lambda: (s := rt.run("s")) is not None and s.terminal and s, "the unstarted run to end")
+        await until(lambda: rt.run("s") is None, "the unclaimed run to be dropped after the attach timeout")
         return chunks, kept, rt.run("s")
 
     chunks, kept, later = asyncio.run(scenario())
@@ -201,7 +201,7 @@ def test_a_rejected_append_ends_the_local_run_at_once():
         rt.on_append("r", 0, run_request("mine"), b"")
         run = rt.run("r")
         assert rt.reject_append("r", 1, "data is not hex") is Route.LOCAL
-        await asyncio.sleep(0.01)
+        await until(lambda: run.terminal, "the run to end")
         return run
 
     run = asyncio.run(scenario())
@@ -216,7 +216,7 @@ def test_a_rejection_before_the_route_ends_the_run_once_it_is_local():
         rt.on_append("r", 0, run_request("mine"), b"")
         rt.on_append("u", 0, run_request("cursor-model"), b"")
         run = rt.run("r")
-        await asyncio.sleep(0.01)
+        await until(lambda: run.terminal, "the run to end")
         return run, rt.rejected_early, rt.reject_append("u", 3, "again")
 
     run, early, upstream = asyncio.run(scenario())
@@ -233,12 +233,11 @@ def test_a_rejection_that_loses_nothing_or_comes_from_another_client_ends_nothin
         assert rt.reject_append("r", 1, "a bad duplicate of a delivered seqno") is Route.LOCAL
         assert rt.reject_append("r", 2, "from a client that may not use the run", local_allowed=False) \
             is Route.REFUSED
-        await asyncio.sleep(0.01)
-        alive = not run.terminal
+        # ending a run is decided synchronously (Run.fail): nothing pending means nothing will end it
+        alive = not run.terminal and run._fail_with is None
         rt.on_append("r", 3, HEARTBEAT, b"")  # held behind 2
         assert rt.reject_append("r", 3, "a bad copy of a held seqno") is Route.LOCAL
-        await asyncio.sleep(0.01)
-        alive = alive and not run.terminal
+        alive = alive and not run.terminal and run._fail_with is None
         await rt.shutdown(timeout=1)
         return alive
 
@@ -247,11 +246,13 @@ def test_a_rejection_that_loses_nothing_or_comes_from_another_client_ends_nothin
 
 def test_the_stream_server_never_answers_a_runsse_without_an_end_stream():
     from byok.wire import connect
-    from byok.transports.stream_server import RUN_HEADER, StreamServer
+    from byok.transports.stream_server import AUTH_HEADER, RUN_HEADER, StreamServer
 
     async def ask(server, request_id: str) -> bytes:
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
-        writer.write(f"POST /RunSSE HTTP/1.1\r\n{RUN_HEADER}: {request_id}\r\ncontent-length: 0\r\n\r\n".encode())
+        proof = server.secret.proof(RUN_HEADER, request_id)
+        writer.write(f"POST /RunSSE HTTP/1.1\r\n{RUN_HEADER}: {request_id}\r\n{AUTH_HEADER}: {proof}\r\n"
+                     "content-length: 0\r\n\r\n".encode())
         await writer.drain()
         head = await reader.readuntil(b"\r\n\r\n")
         length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])

@@ -9,7 +9,8 @@ from mitmproxy.test import taddons, tflow
 
 from byok.providers.config import ProvidersFile
 from byok.cli.common import STATUS_URL
-from byok.status import STATUS_HOST, StatusEndpoint, is_loopback
+from byok.access import peer_is_loopback as is_loopback
+from byok.status import STATUS_HOST, StatusEndpoint
 
 CONFIG = """\
 [[providers]]

@@ -227,7 +227,7 @@ def test_hosts_are_counted_per_classification_and_other_hosts_are_ignored(tmp_pa
         ("agent.example.com", "run", 0, 1),
         ("api2.cursor.sh", "other", 1, 1),
         ("api2.cursor.sh", "run_sse", 1, 2),
-        ("api3.cursor.sh", "other", 0, 1),
+        ("api3.cursor.sh", "one_shot", 0, 1),  # StreamCpp: Tab, a one-shot service
     ]
 
 

@@ -4,8 +4,16 @@ downloads the page itself):
 - a private-address guard, before the user is even asked: a URL whose host is (or resolves to) a
   loopback, link-local, private or otherwise non-public address is refused, unless the user allows
   it (`byok_web_fetch_private`). The model cannot point the user's machine at their router, a
-  cloud metadata endpoint or a local admin port. The client resolves the name again when it
-  fetches, so a name whose DNS answer changes in between is not caught (DNS rebinding).
+  cloud metadata endpoint or a local admin port. It fails closed: a name that does not resolve is
+  refused (what cannot be checked is not fetched).
+- redirects checked before they are followed: after the user approved, the proxy walks the URL's
+  redirects itself (GET, headers only, never following on its own), checks each next hop before
+  requesting it, and gives Cursor the final URL. Cursor's own fetch may still be redirected
+  (a server may answer it differently); where it ended up is checked again afterwards.
+- not checked (docs/tools.md): the client resolves the name again when it fetches, so a name whose
+  DNS answer changes in between is not caught (DNS rebinding); a server that redirects Cursor
+  elsewhere than the proxy is caught only after Cursor fetched; redirects made by the page itself
+  (HTML meta refresh, JavaScript) are not followed by anyone.
 - a size cap on what comes back (`byok_web_fetch_max_kb`): the rest of a larger page is cut before
   any parsing, and the model is told.
 - readable text: an HTML page becomes its main text as Markdown (trafilatura: boilerplate such as
@@ -19,10 +27,16 @@ import asyncio
 import ipaddress
 import socket
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
+
+import httpx
 
 RESOLVE_TIMEOUT_S = 5.0
 DEFAULT_MAX_KB = 2048
+MAX_REDIRECTS = 10
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+WALK_TIMEOUT_S = 15.0
+WALK_HEADERS = {"user-agent": "cursor-byok (WebFetch redirect check)", "accept": "*/*"}
 
 
 class FetchRefused(Exception):
@@ -33,17 +47,54 @@ class FetchRefused(Exception):
 class FetchPolicy:
     allow_private: bool = False
     max_bytes: int = DEFAULT_MAX_KB * 1024
+    check_redirects: bool = True
+    """Walk an approved URL's redirects from the proxy before Cursor fetches it (byok_web_fetch_check_redirects)."""
 
     async def check(self, url: str) -> None:
-        """Raise FetchRefused for a URL on a non-public address (unless private ones are allowed)."""
+        """Raise FetchRefused for a URL on a non-public address (unless private ones are allowed), and
+        for one whose host does not resolve: what cannot be checked is not fetched."""
         if self.allow_private:
             return
         host = urlsplit(url).hostname or ""
-        for address in await _addresses(host):
+        addresses = await _addresses(host) if host else []
+        if not addresses:
+            raise FetchRefused(
+                f"{url}: the host {host or '(none)'} does not resolve here, so WebFetch cannot check that it is "
+                "a public address, and does not fetch it. The user can allow private addresses (which turns "
+                "this check off) with --set byok_web_fetch_private=true.")
+        for address in addresses:
             if not address.is_global:
                 raise FetchRefused(
                     f"{url} points to a {_kind(address)} address ({address}); WebFetch only reaches public "
                     "addresses. The user can allow private ones with --set byok_web_fetch_private=true.")
+
+    async def follow(self, url: str, http: httpx.AsyncClient | None) -> str:
+        """Where `url` leads: its redirects walked from the proxy, each next hop checked before it is
+        requested (headers only, no body read). Returns the final URL, for Cursor to fetch."""
+        if self.allow_private or not self.check_redirects:
+            return url
+        if http is None:
+            raise FetchRefused(f"cursor-byok has no HTTP client to check where {url} leads; it is not fetched")
+        current = url
+        for _ in range(MAX_REDIRECTS + 1):
+            try:
+                async with http.stream("GET", current, headers=WALK_HEADERS, follow_redirects=False,
+                                       timeout=WALK_TIMEOUT_S) as response:
+                    status, location = response.status_code, response.headers.get("location")
+            except httpx.HTTPError as e:
+                raise FetchRefused(f"cursor-byok could not check where {url} leads ({current}: "
+                                   f"{type(e).__name__}: {e}); WebFetch does not fetch what it cannot check") from None
+            if status not in REDIRECT_STATUSES or not location:
+                return current
+            following = urljoin(current, location)
+            if urlsplit(following).scheme not in ("http", "https"):
+                raise FetchRefused(f"{url} redirects to {following}, which is not an http(s) URL")
+            try:
+                await self.check(following)
+            except FetchRefused as e:
+                raise FetchRefused(f"{url} redirects to {e}") from None
+            current = following
+        raise FetchRefused(f"{url} redirects more than {MAX_REDIRECTS} times; WebFetch stops there")
 
     def cap(self, content: str) -> tuple[str, bool]:
         data = content.encode("utf-8")
@@ -74,8 +125,8 @@ async def _addresses(host: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Ad
     try:
         infos = await asyncio.wait_for(asyncio.get_running_loop().getaddrinfo(host, None, type=socket.SOCK_STREAM),
                                        RESOLVE_TIMEOUT_S)
-    except (OSError, asyncio.TimeoutError):
-        return []  # the client cannot resolve it either; its fetch reports the failure
+    except (OSError, asyncio.TimeoutError, UnicodeError):
+        return []  # not resolved: the caller refuses (fail closed)
     return [ipaddress.ip_address(info[4][0].split("%", 1)[0]) for info in infos]
 
 

@@ -165,3 +165,32 @@ def test_usage_plot_writes_a_real_png(tmp_path, capsys):
     assert pixels.shape[:2] == (700, 1000)  # 10 x 7 inches at 100 dpi
     assert pixels.std() > 0.05  # not a blank canvas: bars, axes and text were drawn
     assert f"chart written to {png}" in capsys.readouterr().out
+
+
+def test_usage_without_any_prices_says_so_and_draws_no_cost_panel(tmp_path, capsys):
+    """Issue 24.4.8: no "$0.0000 + unpriced" total, no cost panel with an empty +-0.04 USD axis."""
+    pytest.importorskip("matplotlib")
+    from matplotlib import image
+
+    db, _ = priced_store(tmp_path)
+    unpriced = tmp_path / "no-prices.toml"
+    unpriced.write_text("")  # a providers file with no models: nothing is priced
+    png = tmp_path / "usage.png"
+    assert main(["usage", "--db", str(db), "--config", str(unpriced), "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    total = next(line for line in out.splitlines() if line.lstrip().startswith("total"))
+    assert total.rstrip().endswith("no prices") and "$0" not in total
+    assert "tokens only: no model has prices" in out
+    assert image.imread(png).shape[:2] == (350, 1000)  # the tokens panel alone
+
+
+def test_usage_json_without_any_prices_has_no_total_cost(tmp_path, capsys):
+    """Nothing priced: the total is unknown (null), not $0, and every model is named as unpriced."""
+    db, _ = priced_store(tmp_path)
+    unpriced = tmp_path / "no-prices.toml"
+    unpriced.write_text("")
+    assert main(["usage", "--db", str(db), "--config", str(unpriced), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["totals"]["cost_usd"] is None and data["totals"]["cost_complete"] is False
+    assert data["totals"]["input_tokens"] == 1_611_000
+    assert all(row["cost_usd"] is None for row in data["rows"]) and data["unpriced_models"]

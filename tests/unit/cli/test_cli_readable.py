@@ -117,7 +117,7 @@ def test_narrow_tables_become_key_value_records(built):
 
 
 def test_trace_and_usage_json(built, capsys):
-    assert main(["trace", built.tool_call_id, "--db", str(built.db), "--json"]) == 0
+    assert main(["trace", built.tool_call_id, "--db", str(built.db), "--json", "--frames", "all"]) == 0
     story = json.loads(capsys.readouterr().out)
     assert story["kind"] == "tool_call" and story["id"] == built.tool_call_id
     run = story["runs"][0]

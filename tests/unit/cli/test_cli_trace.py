@@ -33,7 +33,7 @@ def test_find_by_unique_prefix_and_inside_messages(built):
 
 
 def test_trace_tool_call_prints_run_calls_tools_and_frames(built, capsys):
-    assert main(["trace", built.tool_call_id, "--db", str(built.db)]) == 0
+    assert main(["trace", built.tool_call_id, "--db", str(built.db), "--frames", "all"]) == 0
     out = capsys.readouterr().out
     assert f"tool call {built.tool_call_id}" in out
     assert "completed" in out and built.request_ok in out
@@ -86,3 +86,17 @@ def test_runs_without_a_run_row_are_found_through_their_frames(built):
     assert cap.resolve_runs(conn, "conv-upstream") == (["req-upstream-1"], "conv-upstream")
     exported = cap.export(conn, "req-upstream-1")
     assert exported.of("run")[0]["status"] is None and exported.frames()[0]["kind"] == "end_stream"
+
+
+def test_frames_default_to_counts_per_kind_as_help_says(built, capsys):
+    """Issue 24.4.7: `trace <request id>` printed every frame while --help said counts per kind."""
+    from byok.cli import build_parser
+
+    usage = build_parser()._subparsers._group_actions[0].choices["trace"].format_help()
+    assert "counts per kind (default)" in " ".join(usage.split())
+    assert main(["trace", built.request_ok, "--db", str(built.db)]) == 0
+    summary = capsys.readouterr().out
+    assert main(["trace", built.request_ok, "--db", str(built.db), "--frames", "all"]) == 0
+    every = capsys.readouterr().out
+    assert "'Reading'" not in summary and "'Reading'" in every  # a frame's content only in the full list
+    assert "interaction_update.thinking_completed" in summary  # its kind, counted

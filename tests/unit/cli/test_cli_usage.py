@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import date
 
+import pytest
+
 from byok.cli import main
 from byok.cli.common import open_db
 from byok.dashboard.queries import usage_rows
@@ -35,22 +37,34 @@ def test_table_has_totals(built, capsys):
     assert "total" in out and "2,200" in out and "1,600" in out
 
 
-def test_png_is_optional(built, tmp_path, capsys, monkeypatch):
-    import builtins
+def without_modules(monkeypatch, *prefixes: str) -> None:
+    """This Python environment as if the given optional modules were not installed."""
+    import importlib.util
 
-    real_import = builtins.__import__
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a, **k: None if name.startswith(prefixes) else real(name, *a, **k))
 
-    def no_matplotlib(name, *args, **kwargs):
-        if name.startswith("matplotlib"):
-            raise ImportError("no matplotlib here")
-        return real_import(name, *args, **kwargs)
 
-    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+def test_png_without_matplotlib_fails_first_with_the_checkout_install_command(built, tmp_path, capsys, monkeypatch):
+    without_modules(monkeypatch, "matplotlib")
     png = tmp_path / "u.png"
     assert main(["usage", "--db", str(built.db), "--png", str(png)]) == 1
     captured = capsys.readouterr()
-    assert "deepseek/deepseek-chat" in captured.out  # the table is still printed
-    assert "matplotlib" in captured.err and not png.exists()
+    assert captured.out == ""  # no table first, then a failure
+    assert "matplotlib" in captured.err and ".venv/bin/pip install -e '.[plot]'" in captured.err
+    assert "cursor-byok[plot]" not in captured.err and not png.exists()
+
+
+@pytest.mark.parametrize("command", [["usage"], ["trace", "some-id"], ["drift"], ["captures", "export", "some-id"],
+                                     ["gc"]])
+def test_a_postgresql_store_without_the_team_extra_is_one_clear_line(command, capsys, monkeypatch):
+    without_modules(monkeypatch, "psycopg")
+    code = main([*command, "--db", "postgresql://byok:secret@127.0.0.1:5432/byok"])
+    captured = capsys.readouterr()
+    assert code != 0 and "Traceback" not in captured.err + captured.out
+    assert "psycopg" in captured.err and ".venv/bin/pip install -e '.[team]'" in captured.err
+    assert "secret" not in captured.err
 
 
 def test_bad_since_is_a_usage_error(built, capsys):

@@ -21,6 +21,9 @@ class FakeServer:
     port = 45678
 
     def __init__(self) -> None:
+        from byok.transports.stream_server import LoopbackSecret
+
+        self.secret = LoopbackSecret()
         self.calls: dict = {}
         self.stopping = asyncio.Event()
 
@@ -74,6 +77,7 @@ def test_forms_are_read_whole_and_events_go_to_the_stream_server(built, provider
             assert (events.request.host, events.request.port) == ("127.0.0.1", FakeServer.port)
             token = events.request.headers[CALL_HEADER]
             assert set(endpoint.backend.server.calls) == {token}
+            assert endpoint.backend.server.secret.admits(dict(events.request.headers.items()))  # it gets in
             assert events.metadata["byok_target"] == ("http", HOST, 80)  # shown again when the answer starts
     finally:
         endpoint.board.close()

@@ -16,6 +16,7 @@ from byok.providers import adapter_for
 from byok.providers.base import ProviderProtocolError, TextDelta
 from byok.providers.io import CallMetrics, StreamLimits, make_client, stream_model
 from tests.support.provider_replay import CAPTURES, TEST_KEY, load, mock_client, replay, request
+from tests.support.waiting import until
 from tests.support.scripted_provider import ANTHROPIC, CHAT, Ev, Hang, HttpError, ScriptedProvider, Sse
 
 # (dialect, file) -> (title, retryable, kind)
@@ -124,9 +125,10 @@ async def _consume(provider: ScriptedProvider, kind: str, metrics: CallMetrics |
                 events.append(event)
 
 
-async def _cancel_after(seconds: float, coro) -> None:
+async def _cancel_when(predicate, what: str, coro) -> None:
+    """Run `coro`, cancel it once `predicate()` holds (the state the test cancels in)."""
     task = asyncio.ensure_future(coro)
-    await asyncio.sleep(seconds)
+    await until(predicate, what)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -137,7 +139,8 @@ def test_cancel_while_waiting_for_headers_closes_the_connection():
     with ScriptedProvider() as provider:
         provider.enqueue("anthropic", Hang(30))
         started = time.time()
-        asyncio.run(_cancel_after(0.2, _consume(provider, "anthropic")))
+        asyncio.run(_cancel_when(lambda: provider.requests, "the request to reach the provider",
+                                 _consume(provider, "anthropic")))
         rec = provider.wait_closed(1, timeout=5)
         assert rec.closed_early and rec.closed_at is not None and rec.closed_at - started < 2
 
@@ -149,7 +152,8 @@ def test_cancel_while_reading_the_stream_closes_the_connection():
     with ScriptedProvider() as provider:
         provider.enqueue("openai_chat", Sse(slow))
         events: list = []
-        asyncio.run(_cancel_after(0.3, _consume(provider, "openai_chat", events=events)))
+        asyncio.run(_cancel_when(lambda: any(isinstance(e, TextDelta) for e in events), "a first text delta",
+                                 _consume(provider, "openai_chat", events=events)))
         rec = provider.wait_closed(1, timeout=5)
         assert rec.closed_early
         assert any(isinstance(e, TextDelta) for e in events)
@@ -196,7 +200,7 @@ def test_no_automatic_retry():
         provider.enqueue("openai_chat", HttpError(500, {"error": {"message": "boom"}}), CHAT.text_reply("never"))
         with pytest.raises(ProviderError, match="boom"):
             asyncio.run(_consume(provider, "openai_chat"))
-        time.sleep(0.05)
+        # a retry would have been sent before the error was raised: nothing to wait for
         assert len(provider.requests) == 1 and provider.pending("openai_chat") == 1
 
 
@@ -278,7 +282,7 @@ def test_time_the_consumer_spends_is_not_provider_silence():
                                             request("openai_chat", base_url=provider.base_url), limits=SHORT):
                 if isinstance(event, TextDelta):
                     text.append(event.text)
-                    await asyncio.sleep(0.6)
+                    await asyncio.sleep(0.6)  # the scenario: a consumer slower than the idle bound
         return "".join(text)
 
     with ScriptedProvider() as provider:

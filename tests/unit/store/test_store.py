@@ -18,6 +18,7 @@ from byok.store import (
 )
 from byok.store import db as dbmod
 from byok.store import migrations
+from tests.support.waiting import until
 
 
 @pytest.fixture
@@ -89,7 +90,7 @@ def test_first_migration_database_upgrades_to_latest(db_target):
 
 
 def test_state_snapshots_move_out_of_the_message_rows(db_target):
-    """Migration m011: a turn stored with its state snapshot inline (base64 in its JSON; blob_refs as
+    """Migration m012: a turn stored with its state snapshot inline (base64 in its JSON; blob_refs as
     rows of any age had them) keeps only the snapshot's id; the snapshot is a blob, granted to the
     conversation's user; the history reads and projects as if it had been written so; GC still
     keeps what published checkpoints named before (published_states.blob_ids) and after."""
@@ -98,7 +99,7 @@ def test_state_snapshots_move_out_of_the_message_rows(db_target):
 
     old_db = dbmod.connect_postgres(db_target, migrate=False) if db_target.startswith("postgresql://") \
         else dbmod.SqliteDatabase(Database(db_target).conn)
-    migrations.apply(old_db, stop_before="m011_incremental_history")
+    migrations.apply(old_db, stop_before="m012_incremental_history")
     old_db.execute("INSERT INTO conversations(id, user_id, created_at_ms, updated_at_ms) VALUES ('c', 'ann', 1, 1)")
     old = History(inline_state=True).run([("turn",), ("answer", True), ("turn",), ("answer", False)])
     published = [proj.sha256(b"named by an old checkpoint")]
@@ -441,10 +442,7 @@ def test_a_displacing_claim_notifies_the_fence_channel_when_it_commits(pg_url):
         try:
             await asyncio.to_thread(store.claim_run, "old", "c-fence")
             await asyncio.to_thread(store.claim_run, "new", "c-fence")
-            for _ in range(200):
-                if heard:
-                    break
-                await asyncio.sleep(0.01)
+            await until(lambda: heard, "the fence notification")
         finally:
             await listener.stop()
             await asyncio.to_thread(store.close)

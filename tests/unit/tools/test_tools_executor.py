@@ -78,9 +78,13 @@ def ws(tmp_path):
 
 
 def run(ws, name, args, *, queries=None, executor=None, extra=None):
+    from byok.agent.web import WebTools
+    from tests.support.web_walk import walk_client
+
     executor = executor or LocalExecutor(ws)
     ctx = RunToolContext(conversation_id="conv", workspace_paths=(str(ws),),
-                         terminals_folder=str(executor.terminals_folder), extra=extra or {})
+                         terminals_folder=str(executor.terminals_folder), extra=extra or {},
+                         web=WebTools(http=walk_client()[0]))  # WebFetch's redirect walk, offline
     io = LoopbackIO(executor, queries or ScriptedQueries(), ctx)
     tool = REGISTRY[name]
     raw = decode_args(json.dumps(args))

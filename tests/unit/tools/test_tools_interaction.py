@@ -10,9 +10,12 @@ from byok.agent.cursor.tools import interaction as it
 from byok.agent.cursor.tools.base import RunToolContext, ToolArgsError
 from byok.wire.errors import ProtocolError
 from byok.proto import agent_pb2 as apb
+from byok.agent.web import WebTools
 from tests.support.fake_call_io import FakeCallIO, run_tool
+from tests.support.web_walk import walk_client
 
-CTX = RunToolContext(conversation_id="c", workspace_paths=("/ws",), mode="plan")
+CTX = RunToolContext(conversation_id="c", workspace_paths=("/ws",), mode="plan",
+                     web=WebTools(http=walk_client()[0]))  # the redirect walk answers 200, offline
 R = apb.InteractionResponse
 
 

@@ -220,16 +220,20 @@ async def _run_fetch(io: CallIO, raw: dict, card: Message) -> ToolOutcome:
         reason = response.rejected.reason
         return ToolOutcome(apb.WebFetchResult(rejected=apb.WebFetchRejected(reason=reason)),
                            f"The user declined fetching {url}{_because(reason)}", is_error=True)
+    try:  # the redirects, checked hop by hop before anything follows them; Cursor gets where they end
+        target = await web.fetch.follow(url, web.http)
+    except FetchRefused as e:
+        return _fetch_refused(url, str(e))
     # Approval is not a result: the same call continues as the fetch exec (no card, no checkpoint).
-    _, fetched = await io.exec("fetch_args", apb.FetchArgs(url=url, tool_call_id=io.call_id),
+    _, fetched = await io.exec("fetch_args", apb.FetchArgs(url=target, tool_call_id=io.call_id),
                                results=frozenset({"fetch_result"}))
     if variant(fetched, "result", "FetchResult") == "error":
         error = fetched.error.error
         return ToolOutcome(apb.WebFetchResult(error=apb.WebFetchError(url=url, error=error)),
                            f"Fetching {url} failed{_because(error)}", is_error=True)
     s = fetched.success
-    final = s.url or url
-    if final != url:  # Cursor followed a redirect: the guard applies to where it ended up too
+    final = s.url or target
+    if final != target:  # Cursor was redirected further: the guard applies to where it ended up too
         try:
             await web.fetch.check(final)
         except FetchRefused as e:
