@@ -117,7 +117,7 @@ def test_state_snapshots_move_out_of_the_message_rows(db_target):
                    " VALUES ('c', 'digest', 4, ?, 1)", [json.dumps([published[0].hex()])])
     old_db.close()
 
-    store = Store.open(db_target)  # applies m011
+    store = Store.open(db_target)  # applies m012
     migrated = store.messages(4)
     turns = [m for m in migrated if m.payload["kind"] == "runtime"]
     now = History().run([("turn",), ("answer", True), ("turn",), ("answer", False)])  # as written today
