@@ -160,7 +160,7 @@ def assistant_item(payload: Mapping) -> AssistantItem:
 # ---- fold ---------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FoldedItem:
     """One transcript item plus where it came from: `imported_root` holds the exact root blob id
     when the item came from a client checkpoint (its root is reused, never re-rendered)."""
@@ -197,7 +197,7 @@ class _Round:
             replay=first.get("replay"))
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Entry:
     """One stored message of the provider view and the transcript items it adds (a tool round's
     assistant item stands on the round's first pair; its other pairs add only their results)."""

@@ -272,7 +272,7 @@ def tool_root(results: Sequence[ToolResultItem]) -> bytes:
 # ---- steps and turns -------------------------------------------------------------------------------
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Turn:
     """One Cursor turn as history builds it: its user message, its steps (blob ids, in order)."""
 
@@ -778,12 +778,13 @@ class Projector:
         if self._closed_of is not self.turns:  # an import began a new turn list
             self._closed, self._closed_of = [], self.turns
         while len(self._closed) < len(self.turns) - 1:
-            self._closed.append(self._turn_record(self.turns[len(self._closed)], []))
-        # the last turn still grows: a checkpoint keeps the steps it had
-        return self._closed + ([self._turn_record(self.turns[-1], last_steps)] if self.turns else [])
+            turn = self.turns[len(self._closed)]
+            self._closed.append(self._turn_record(turn, turn.steps, []))  # closed: its steps are final
+        # the last turn still grows: a checkpoint keeps a copy of the steps it had
+        last = self.turns[-1] if self.turns else None
+        return self._closed + ([self._turn_record(last, [*last.steps, *last_steps], last_steps)] if last else [])
 
-    def _turn_record(self, turn: _Turn, pending_steps: list[bytes]) -> tuple:
-        steps = [*turn.steps, *pending_steps]
+    def _turn_record(self, turn: _Turn, steps: list[bytes], pending_steps: list[bytes]) -> tuple:
         if turn.imported_id is not None and len(steps) == turn.imported_steps:
             return turn.imported_id, None, steps, b""  # unchanged: the client's own blob
         if turn.rendered is not None and turn.rendered[0] == len(steps) and not pending_steps:
