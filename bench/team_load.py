@@ -15,8 +15,9 @@ Reported per (store, N):
 - event p50/p99: provider send stamp -> arrival at the client, of every streamed text chunk
 - TTFT p50/p99: the turn's start -> its first model event (tool call or text) at the client
 - errors: runs that did not end cleanly (must be 0)
-- proxy CPU: the mitmdump process's user+system CPU over the run, per streamed event and as a share
-  of one core (one process = one event loop; near 100 % it is saturated)
+- proxy CPU: the mitmdump process's user+system CPU over the run, per streamed event, per turn (a
+  tool round and an answer: every fixed cost of a turn included), and as a share of one core (one
+  process = one event loop; near 100 % it is saturated)
 """
 
 from __future__ import annotations
@@ -163,6 +164,7 @@ def run_level(store: str, db: str, users: int, args, work: Path) -> dict:
         "ttft_p50": pct(stats["ttft_ms"], 50), "ttft_p99": pct(stats["ttft_ms"], 99),
         "errors": len(stats["errors"]), "first_error": stats["errors"][0] if stats["errors"] else "",
         "cpu_s": cpu, "cpu_ms_per_event": cpu * 1000 / max(stats["events"], 1), "cpu_share": cpu / wall,
+        "cpu_ms_per_turn": cpu * 1000 / max(stats["turns"], 1),
     }
 
 
@@ -181,7 +183,7 @@ def main() -> None:
         work = Path(tmp)
         server = None
         print(f"{'store':<11}{'N':>5}{'turns':>7}{'events':>8}{'wall s':>8}{'ev p50':>8}{'ev p99':>8}"
-              f"{'ttft p50':>10}{'ttft p99':>10}{'errors':>8}{'cpu ms/ev':>11}{'cpu %':>7}", flush=True)
+              f"{'ttft p50':>10}{'ttft p99':>10}{'errors':>8}{'cpu ms/ev':>11}{'cpu ms/turn':>13}{'cpu %':>7}", flush=True)
         try:
             for store in args.stores.split(","):
                 for n in levels:
@@ -196,7 +198,8 @@ def main() -> None:
                     r = run_level(store, db, n, args, work)
                     print(f"{r['store']:<11}{r['users']:>5}{r['turns']:>7}{r['events']:>8}{r['wall_s']:>8.1f}"
                           f"{r['event_p50']:>8.1f}{r['event_p99']:>8.1f}{r['ttft_p50']:>10.0f}{r['ttft_p99']:>10.0f}"
-                          f"{r['errors']:>8}{r['cpu_ms_per_event']:>11.2f}{r['cpu_share'] * 100:>7.0f}", flush=True)
+                          f"{r['errors']:>8}{r['cpu_ms_per_event']:>11.2f}{r['cpu_ms_per_turn']:>13.1f}{r['cpu_share'] * 100:>7.0f}",
+                          flush=True)
                     if r["errors"]:
                         print(f"    first error: {r['first_error']}", flush=True)
         finally:
