@@ -147,7 +147,7 @@ class Options:
             "byok_warm_cache_mib", int, 256,
             "MiB of conversation history kept in memory between turns, least recently used first out: a "
             "conversation continued from where its last turn left it reads only its new messages from the "
-            "database. Counted as stored history (the process holds about twice that). 0: keep none.",
+            "database. Counted as stored history (held in memory it takes about 1.7 times as much). 0: keep none.",
         )
         loader.add_option(
             "byok_deterministic", bool, False,
