@@ -539,30 +539,25 @@ class Store:
 
     def find_published(self, conversation_id: str, roots_digest: str) -> tuple[bool, int | None]:
         """(known, revision_id) for a checkpoint we published with these roots."""
-        row = self.db.execute(
-            "SELECT revision_id FROM published_states WHERE conversation_id = ? AND roots_digest = ?",
-            [conversation_id, roots_digest],
-        ).fetchone()
-        return (False, None) if row is None else (True, row[0])
+        return self._revision_row("SELECT revision_id FROM published_states WHERE conversation_id = ? AND roots_digest = ?",
+                                  [conversation_id, roots_digest])
 
     def find_anchor(self, conversation_id: str, input_id: str) -> tuple[bool, int | None]:
         """(existed, the revision before the input's first use); a read: `append(anchor=...)` writes it."""
-        row = self.db.execute(
-            "SELECT revision_id FROM input_anchors WHERE conversation_id = ? AND input_id = ?",
-            [conversation_id, input_id],
-        ).fetchone()
+        return self._revision_row("SELECT revision_id FROM input_anchors WHERE conversation_id = ? AND input_id = ?",
+                                  [conversation_id, input_id])
+
+    def _revision_row(self, sql: str, params: list) -> tuple[bool, int | None]:
+        row = self.db.execute(sql, params).fetchone()
         return (False, None) if row is None else (True, row[0])
 
     def anchor_input(self, conversation_id: str, input_id: str, revision_id: int | None) -> tuple[bool, int | None]:
         """Persist `input_id -> revision before it` the first time; return (existed, anchored revision)."""
         with self.db.atomic():
             self._ensure_conversation(conversation_id)
-            row = self.db.execute(
-                "SELECT revision_id FROM input_anchors WHERE conversation_id = ? AND input_id = ?",
-                [conversation_id, input_id],
-            ).fetchone()
-            if row is not None:
-                return True, row[0]
+            existed, anchored = self.find_anchor(conversation_id, input_id)
+            if existed:
+                return True, anchored
             self.db.execute(
                 "INSERT INTO input_anchors(conversation_id, input_id, revision_id, created_at_ms) VALUES (?, ?, ?, ?)",
                 [conversation_id, input_id, revision_id, self._now()],

@@ -212,15 +212,13 @@ class Turn:
         self._history_ok = False
         self._base = revision
         warm = self.svc.warm.take(self.conversation_id, revision)
-        if warm is None:
+        if warm is not None:
+            self.history = warm
+        else:
             messages = await self.svc.store.messages(revision) if revision is not None else []
-            blobs = await self._import_blobs(messages)
-            warm = proj.Projector(blobs)
-            if sum(m.size for m in messages) <= FOLD_ON_LOOP_BYTES:
-                warm.extend(messages)
-            else:
-                await asyncio.to_thread(warm.extend, messages)  # hashing a whole history: off the loop
-        self.history, self.revision, self._history_ok = warm, revision, True
+            self.history = proj.Projector(await self._import_blobs(messages))
+            await self._fold_in(messages)
+        self.revision, self._history_ok = revision, True
         self._base_recorded = False  # recorded with the run's first append (or when it ends)
 
     async def _hold_base(self) -> None:
@@ -347,11 +345,16 @@ class Turn:
         """Move to a revision this run just appended on top of its own: fold in what it added (as the
         store returned it: nothing is read back)."""
         if revision != self.revision:
-            if sum(m.size for m in new) <= FOLD_ON_LOOP_BYTES:
-                self.history.extend(new, known)
-            else:  # a large tool result: decoding and hashing it is real work
-                await self._off_loop(self.history.extend, new, known)
+            await self._fold_in(new, known)
         self.revision = revision
+
+    async def _fold_in(self, messages: list[StoredMessage], known: dict[bytes, bytes] | None = None) -> None:
+        """Fold messages into the history: on the loop when they are small, else off it (decoding and
+        hashing a large tool result or a whole history is real work)."""
+        if sum(m.size for m in messages) <= FOLD_ON_LOOP_BYTES:
+            self.history.extend(messages, known)
+        else:
+            await self._off_loop(self.history.extend, messages, known)
 
     def _cancel_initial_publish(self) -> None:
         if self._initial_publish is not None and not self._initial_publish.done():
