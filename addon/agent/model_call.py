@@ -18,7 +18,6 @@ import json
 from collections.abc import Mapping
 from datetime import datetime, timezone
 
-from . import history
 from .cards import Cards
 from .clock import Clock
 from ..providers.config import redact

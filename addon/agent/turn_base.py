@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import httpx
 
 from byok.prompt.assets import ModeAssets, PromptAssets
-from byok.store import AsyncStore, NewMessage, StoredMessage
+from byok.store import AsyncStore, NewMessage
 
 from .clock import Clock, Ids
 from .warm import WarmCache

@@ -7,6 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 from byok.agent import history, user_input
 from byok.agent.cursor import projection as proj
+from byok.agent.cursor import tokens
 from byok.providers.transcript import AssistantItem, TextPart, ToolCall, ToolResultItem, ToolSpec
 from byok.proto import agent_pb2 as apb
 
@@ -105,7 +106,7 @@ def test_staged_and_settled_share_the_turn_and_roots_grow_by_one():
 
 
 def test_breakdown_shrinks_fixed_categories_when_usage_is_tiny():
-    snap = proj.breakdown(3, 100, "x" * 1000, (), ["<rules>" + "r" * 500 + "</rules>"], 10)
+    snap = tokens.breakdown(3, 100, "x" * 1000, (), ["<rules>" + "r" * 500 + "</rules>"], 10)
     assert sum(c.estimated_tokens for c in snap.categories) == 3
     assert all(c.estimated_tokens >= 0 for c in snap.categories)
 
@@ -115,14 +116,14 @@ def test_mcp_tools_offered_directly_count_in_the_mcp_category():
     direct = (ToolSpec("mcp_user-docs__search", "Search the docs", {"type": "object", "properties": {"q": {"type": "string"}}}),
               ToolSpec("mcp_user-docs__fetch", "Fetch a page", {"type": "object"}))
     without = {c.id: (c.estimated_tokens, c.character_count)
-               for c in proj.breakdown(100_000, 200_000, "sys", (), [section], 10).categories}
+               for c in tokens.breakdown(100_000, 200_000, "sys", (), [section], 10).categories}
     with_direct = {c.id: (c.estimated_tokens, c.character_count)
-                   for c in proj.breakdown(100_000, 200_000, "sys", (), [section], 10, dynamic_tools=direct).categories}
+                   for c in tokens.breakdown(100_000, 200_000, "sys", (), [section], 10, dynamic_tools=direct).categories}
     definitions = json.dumps([[t.name, t.description, t.parameters] for t in direct])
     assert without["mcp"][1] > 0  # the runtime message's MCP section alone
     assert with_direct["mcp"][1] == without["mcp"][1] + len(definitions)  # plus every definition
     added = with_direct["mcp"][0] - without["mcp"][0]
-    assert abs(added - proj.estimate_tokens(definitions)[0]) <= 1
+    assert abs(added - tokens.estimate_tokens(definitions)[0]) <= 1
     assert with_direct["tools"] == without["tools"]  # not counted twice
 
 
@@ -180,7 +181,7 @@ def test_prefix_property_across_appends(first, second):
 def test_estimate_tokens_follows_the_per_character_rule(text):
     ascii_chars = sum(1 for ch in text if ord(ch) < 128)
     units = sum(2 if ord(ch) > 0xFFFF else 1 for ch in text)
-    assert proj.estimate_tokens(text) == (round(ascii_chars * 0.273 + (units - ascii_chars) * 0.55), units)
+    assert tokens.estimate_tokens(text) == (round(ascii_chars * 0.273 + (units - ascii_chars) * 0.55), units)
 
 
 def turn_with_state(n, state: apb.ConversationStateStructure):

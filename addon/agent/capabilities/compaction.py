@@ -43,7 +43,7 @@ from ...providers import adapter_for
 from ...providers.base import ModelCycle, ModelRequest
 from ...providers.io import CallMetrics, stream_http
 from ...providers.transcript import AssistantItem, ImagePart, TextPart, ToolResultItem, UserItem
-from ..cursor.projection import message_estimate, reported_prompt  # noqa: F401  (part of the arithmetic)
+from ..cursor.tokens import message_estimate
 from ..turn_base import TurnHooks, TurnState
 
 log = logging.getLogger("byok.compaction")

@@ -9,9 +9,11 @@ import pytest
 
 from byok.agent import history
 from byok.agent.capabilities import compaction
-from byok.agent.capabilities.compaction import Threshold, plan, prompt_tokens, reported_prompt
+from byok.agent.capabilities.compaction import Threshold, plan, prompt_tokens
+from byok.agent.cursor.tokens import reported_prompt
 from byok.providers.config import ModelRoute
 from byok.agent.cursor import projection as proj
+from byok.agent.cursor import tokens
 from byok.providers.transcript import AssistantItem, TextPart, ToolCall, ToolResultItem, ToolSpec, UserItem
 from byok.proto import agent_pb2 as apb
 
@@ -112,7 +114,7 @@ def test_prompt_tokens_is_the_last_report_plus_an_estimate_of_what_came_since():
     later = first + [runtime(2)] + tool_round("R", result=big, usage={"input_tokens": 60000, "output_tokens": 7},
                                               call="c2")
     # the round's own assistant is the call's output (counted in output_tokens); its result is new
-    assert prompt_tokens(later, system_prompt="s", tools=()) == 60007 + proj.estimate_tokens(big)[0]
+    assert prompt_tokens(later, system_prompt="s", tools=()) == 60007 + tokens.estimate_tokens(big)[0]
 
 
 def test_prompt_tokens_after_a_summary_estimates_everything():
@@ -120,7 +122,7 @@ def test_prompt_tokens_after_a_summary_estimates_everything():
     split = plan(history.view(h), tail_budget=0)
     h.append(summary(split, "short summary"))
     size = prompt_tokens(h, system_prompt="sys", tools=())
-    expected = proj.prompt_estimate("sys", (), history.transcript(h))
+    expected = tokens.prompt_estimate("sys", (), history.transcript(h))
     assert size == expected and size < 2000
 
 
