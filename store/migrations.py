@@ -708,6 +708,13 @@ def m011_tab_positions(db: Database) -> None:
     )
 
 
+
+@migration(postgresql="ALTER TABLE llm_calls ADD COLUMN user_id TEXT")
+def m012_llm_call_user(db: Database) -> None:
+    """The proxyauth user of a one-shot call (Tab, commit messages, ...): those have no run row, whose
+    user_id the team budget and `usage --by user` read for the agent's calls."""
+    _run(db, "ALTER TABLE llm_calls ADD COLUMN user_id TEXT")
+
 def apply(db, *, stop_before: str | None = None) -> None:
     """Apply pending migrations (those before `stop_before`, if named) to either backend."""
     if db.dialect == "sqlite":
