@@ -45,6 +45,7 @@ class Backend:
         self.store = None
         self.http = None
         self.provider_limits: StreamLimits | None = None
+        self.clock: Clock | None = None
         self.settings: options.Settings | None = None
         self.team = Team()
         """The team file's rules (byok_team); without one, the single user may use every model."""
@@ -85,6 +86,7 @@ class Backend:
         self.http = make_client()
         self.provider_limits = StreamLimits(headers_s=settings.provider_headers_s, idle_s=settings.provider_idle_s)
         clock, ids = (FixedClock(), CountingIds()) if settings.deterministic else (Clock(), Ids())
+        self.clock = clock
         services = Services(
             store=self.store, lookup_model=self.providers.lookup, prompts=prompts, http=self.http,
             clock=clock, ids=ids, verbose_llm=settings.verbose_llm, team=self.team, replica=self.replica,

@@ -712,6 +712,14 @@ def m011_tab_positions(db: Database) -> None:
     )
 
 
+
+@migration(postgresql="ALTER TABLE llm_calls ADD COLUMN user_id TEXT")
+def m012_llm_call_user(db: Database) -> None:
+    """The proxyauth user of a one-shot call (Tab, commit messages, ...): those have no run row, whose
+    user_id the team budget and `usage --by user` read for the agent's calls."""
+    _run(db, "ALTER TABLE llm_calls ADD COLUMN user_id TEXT")
+
+
 def _snapshots_out_of_messages(db) -> None:
     """Each stored turn kept the state snapshot it started from inline in its message (base64 in the
     JSON), so reading a history decoded every snapshot again: O(turns²) bytes. The snapshot moves to
@@ -744,7 +752,7 @@ def _snapshots_out_of_messages(db) -> None:
                        [json.dumps(payload, ensure_ascii=False, separators=(",", ":"), sort_keys=True), message_id])
 
 
-def _m012_postgresql(db) -> None:
+def _m013_postgresql(db) -> None:
     _run(db, """
         CREATE TABLE published_blobs (
             conversation_id TEXT NOT NULL REFERENCES conversations(id),
@@ -755,8 +763,8 @@ def _m012_postgresql(db) -> None:
     _snapshots_out_of_messages(db)
 
 
-@migration(postgresql=_m012_postgresql)
-def m012_incremental_history(db: Database) -> None:
+@migration(postgresql=_m013_postgresql)
+def m013_incremental_history(db: Database) -> None:
     """A turn costs the same at turn 600 as at turn 6: state snapshots leave the message rows (see
     _snapshots_out_of_messages), and a published checkpoint's GC roots are rows of published_blobs,
     so a checkpoint records the blobs its turn added instead of the whole history's again.

@@ -15,6 +15,7 @@ import json
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 from . import db as dbmod
@@ -889,18 +890,22 @@ class Store:
 
 
 def usage_since(db, user_id: str | None, since_ms: int) -> dict[tuple[str | None, str | None], dict[str, int]]:
-    """Tokens of `user_id`'s provider calls in runs started at or after `since_ms`, per (model
+    """Tokens of `user_id`'s provider calls in runs started at or after `since_ms`, and of their one-shot
+    calls (no run) started since then, per (model
     public id, provider kind): {input, output, cache_read, cache_write}, as the providers reported
     them (Anthropic reports cache reads and writes apart from input; OpenAI includes them). `db` is
     the store's database or a read connection of the CLI and dashboard (anything with `execute`):
     the budget check and the dashboard's budget page read the same numbers."""
+    since = datetime.fromtimestamp(since_ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
     rows = db.execute(
         "SELECT c.model_public_id, c.provider_kind, sum(coalesce(c.input_tokens, 0)),"
         " sum(coalesce(c.output_tokens, 0)), sum(coalesce(c.cache_read_tokens, 0)),"
         " sum(coalesce(c.cache_write_tokens, 0))"
-        " FROM llm_calls c JOIN runs r ON r.request_id = c.request_id"
-        " WHERE r.user_id = ? AND r.started_at_ms >= ? GROUP BY c.model_public_id, c.provider_kind",
-        [user_id, since_ms],
+        " FROM llm_calls c LEFT JOIN runs r ON r.request_id = c.request_id"
+        " WHERE (r.user_id = ? AND r.started_at_ms >= ?)"
+        " OR (r.request_id IS NULL AND c.user_id = ? AND c.started_at >= ?)"  # one-shot calls (Tab, ...)
+        " GROUP BY c.model_public_id, c.provider_kind",
+        [user_id, since_ms, user_id, since],
     ).fetchall()
     return {(r[0], r[1]): {"input": int(r[2]), "output": int(r[3]), "cache_read": int(r[4]),
                            "cache_write": int(r[5])} for r in rows}

@@ -61,7 +61,7 @@ class ProviderCall:
         ctx, route = self.ctx, self.ctx.route
         self.row_id = await ctx.store.begin_one_shot_call(call_row(
             route, request_id=ctx.request_id, model_call_id=f"{self.ask.purpose}-{uuid.uuid4()}",
-            purpose=self.ask.purpose, conversation_id=self.ask.conversation_id))
+            purpose=self.ask.purpose, conversation_id=self.ask.conversation_id, user_id=ctx.user))
         try:
             route.require_ready()
             adapter = adapter_for(route.kind)

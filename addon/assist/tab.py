@@ -33,7 +33,6 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from datetime import datetime, timezone
 
 from byok.proto import aiserver_pb2 as spb, cpp_pb2 as cpb
 
@@ -41,6 +40,7 @@ from ..providers import adapter_for, openai_completions
 from ..providers.base import ModelCycle, ModelRequest, TextDelta
 from ..providers.config import FIM_KINDS, TAB_DEFAULT_MAX_LINES, TAB_DEFAULT_MAX_TOKENS, ModelRoute, ProvidersConfig
 from ..providers.io import CallMetrics, stream_http
+from ..providers.record import call_row, end_row
 from ..providers.transcript import TextPart, UserItem
 from ..wire.connect import Code, ConnectError
 from ..wire.errors import ProviderError, RunError, error_details
@@ -137,30 +137,16 @@ class CallRecord:
         self.ctx = ctx
         self.metrics = CallMetrics()
         self.cycle = ModelCycle()
-        self._row = asyncio.ensure_future(ctx.store.begin_llm_call({
-            "request_id": ctx.request_id, "call_index": 0, "model_call_id": f"tab-{uuid.uuid4()}",
-            "provider": route.provider, "provider_kind": route.kind, "model_public_id": route.public_id,
-            "model": route.model_id, "started_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-            "message_count": 1, "tool_count": 0, "purpose": PURPOSE,
-        }))
+        self._row = asyncio.ensure_future(ctx.store.begin_one_shot_call(call_row(
+            route, request_id=ctx.request_id, model_call_id=f"tab-{uuid.uuid4()}", purpose=PURPOSE,
+            user_id=ctx.user)))
 
     async def finish(self, status: str, *, error: str | None = None, finish_reason: str | None = None) -> None:
-        m, usage = self.metrics, self.cycle.usage
-        row = {"status": status, "error": error,
-               "finish_reason": finish_reason or (self.cycle.done.reason if self.cycle.done else None),
-               "ttfb_ms": _ms(m.ttfb_s), "ttft_ms": _ms(m.ttft_s), "total_ms": _ms(m.total_s),
-               "request_bytes": m.request_bytes, "response_bytes": m.response_bytes}
-        if usage is not None:
-            row.update(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
-                       cache_read_tokens=usage.cache_read_tokens)
         try:
-            await self.ctx.store.finish_llm_call(await self._row, row)
+            await self.ctx.store.finish_llm_call(await self._row, end_row(
+                status, self.cycle, self.metrics, error=error, finish_reason=finish_reason))
         except Exception:
             log.exception("[%s] could not record the Tab call", self.ctx.request_id)
-
-
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds * 1000, 3)
 
 
 # ---- StreamCpp ------------------------------------------------------------------------------------

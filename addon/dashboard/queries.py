@@ -263,7 +263,7 @@ def usage_rows(conn: sqlite3.Connection, since: date | None = None, until: date 
     from byok.providers.pricing import cost
 
     sums = ", ".join(f"coalesce(sum(c.{f}), 0)" for f in TOKEN_FIELDS)
-    key = {"user": "coalesce(r.user_id, '-')", "purpose": "coalesce(c.purpose, 'agent')"}.get(
+    key = {"user": "coalesce(r.user_id, c.user_id, '-')", "purpose": "coalesce(c.purpose, 'agent')"}.get(
         by, "coalesce(c.provider, '?') || '/' || coalesce(c.model, '?')")
     sql = (f"SELECT substr(c.started_at, 1, 10) AS day, {key}, count(*),"
            f" sum(CASE WHEN c.status = 'error' THEN 1 ELSE 0 END), {sums}, c.model_public_id, c.provider_kind"
@@ -276,7 +276,7 @@ def usage_rows(conn: sqlite3.Connection, since: date | None = None, until: date 
         sql += " AND substr(c.started_at, 1, 10) <= ?"
         params.append(until.isoformat())
     if user is not ALL:
-        sql += " AND r.user_id = ?"
+        sql += " AND coalesce(r.user_id, c.user_id) = ?"  # a one-shot call has no run: its own user
         params.append(user)
     sql += " GROUP BY 1, 2, c.model_public_id, c.provider_kind ORDER BY 1, 2"
     rows = [Row(*row) for row in conn.execute(sql, params).fetchall()]

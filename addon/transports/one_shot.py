@@ -130,10 +130,17 @@ class OneShotCalls:
         if route is None or not backend.allowed(flow) or not backend.routes_for_flow(flow, [route]):
             flow.metadata["byok"] = "upstream"  # Cursor answers it, as it was sent
             return
+        user = authenticated_user(flow)
+        try:  # the team file's key for this user, and their budget, as for an agent turn
+            route = backend.team.route_for(user, route)
+            await backend.team.check_budget(backend.store, user, backend.clock.wall_ms)
+        except RunError as e:
+            self._error(flow, service, _connect_error(e, request_id, service))
+            return
         ctx = CallContext(
             request_id=request_id, route=route, http=backend.http, limits=backend.provider_limits,
             store=backend.store, headers={k.lower(): v for k, v in flow.request.headers.items()},
-            user=authenticated_user(flow), deadline_s=_deadline_s(flow.request.headers), config=config,
+            user=user, deadline_s=_deadline_s(flow.request.headers), config=config,
         )
         flow.metadata["byok"] = f"assist:{service.feature}"
         if service.streaming:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
 
 from byok.wire import connect
@@ -23,7 +24,7 @@ from tests.support.scripted_provider import CHAT, ScriptedProvider
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
-PASSWORDS = {"alice": "alice-pw", "bob": "bob-pw", "carol": "carol-pw", "dave": "dave-pw"}
+PASSWORDS = {"alice": "alice-pw", "bob": "bob-pw", "carol": "carol-pw", "dave": "dave-pw", "erin": "erin-pw"}
 TEAM = """
 [defaults]
 models = ["*"]
@@ -37,6 +38,9 @@ monthly_tokens = 100
 
 [users.bob]
 keys.scripted-openai_chat = { api_key = "sk-bob-own-key" }
+
+[users.erin]
+monthly_tokens = 100
 """
 
 
@@ -183,3 +187,39 @@ def test_a_model_the_team_file_does_not_give_a_user_is_neither_listed_nor_served
     assert dave.end_error.code is connect.Code.PERMISSION_DENIED
     assert "dave may not use model" in dave.end_error.message
     assert len(provider.requests) == before
+
+
+def commit_message(proxy, user: str) -> httpx.Response:
+    """A one-shot call (WriteGitCommitMessage, application/proto) through the proxy as `user`."""
+    import ssl
+
+    from byok.proto import features_pb2 as fpb
+
+    body = fpb.WriteGitCommitMessageRequest(diffs=["+retry()"]).SerializeToString()
+    with httpx.Client(proxy=f"http://{user}:{PASSWORDS[user]}@127.0.0.1:{proxy.port}", trust_env=False,
+                      verify=ssl.create_default_context(cafile=proxy.ca_file), timeout=30) as client:
+        return client.post("https://api2.cursor.sh/aiserver.v1.AiService/WriteGitCommitMessage", content=body,
+                           headers={"content-type": "application/proto"})
+
+
+def test_one_shot_calls_use_the_users_key_count_in_their_budget_and_usage(team, provider, capsys):
+    """Tab, commit messages and the rest are the user's calls too: their team key, their budget (refused
+    before any provider call once spent), their rows in usage --by user."""
+    proxy, model, db = team
+    with open(proxy.config, "a") as f:
+        f.write('\n[features]\ncommit_message = "scripted-openai_chat/openai_chat-model"\n')
+    provider.enqueue("openai_chat", CHAT.text_reply("Add retry"), CHAT.text_reply("Add retry for erin"))
+    answer = commit_message(proxy, "bob")
+    assert answer.status_code == 200, answer.text
+    assert provider.requests[-1].headers["authorization"] == "Bearer sk-bob-own-key"
+    answer = commit_message(proxy, "erin")  # 100 input + 20 output tokens: erin's whole budget
+    assert answer.status_code == 200, answer.text
+    assert sql(db, "SELECT purpose, user_id FROM llm_calls WHERE user_id = 'erin'") == [("commit_message", "erin")]
+    before = len(provider.requests)
+    refused = commit_message(proxy, "erin")
+    assert refused.status_code == 429 and refused.json()["code"] == "resource_exhausted"
+    assert "erin has used 120 of 100 tokens this month" in refused.json()["message"]
+    assert len(provider.requests) == before
+    assert cli(["usage", "--db", db, "--by", "user", "--json"]) == 0
+    rows = {row["user"]: row for row in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows["erin"]["input_tokens"] == 100

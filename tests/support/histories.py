@@ -67,7 +67,7 @@ class History:
     """Builds stored messages the way the turn and its capabilities write them."""
 
     inline_state: bool = False
-    """Also keep each turn's state snapshot inline in its message (the form before migration m012)."""
+    """Also keep each turn's state snapshot inline in its message (the form before migration m013)."""
     messages: list[StoredMessage] = field(default_factory=list)
     groups: list[list[StoredMessage]] = field(default_factory=list)
     blobs: dict[bytes, bytes] = field(default_factory=dict)

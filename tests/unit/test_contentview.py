@@ -384,7 +384,7 @@ def test_stream_cpp_request_and_frames_are_decoded(registered):
     flow = flow_for("/aiserver.v1.AiService/StreamCpp", request_body=env(request),
                     request_type="application/connect+proto", response_body=frames)
     description, lines = auto(flow.request, flow)
-    assert description == "Cursor: StreamCpp request: 1 frame(s), no end-stream yet"
+    assert description == "Cursor: StreamCpp request: 1 frame(s), ended"
     assert "file=a.py cursor=0:4 lines=2 contents_start_at_line=7 line_ending='\\r\\n'" in lines[0]
     description, lines = auto(flow.response, flow)
     assert description == "Cursor: StreamCpp response: 5 frame(s), ended"

@@ -1,10 +1,13 @@
-"""stream_cpp against a scripted provider on loopback (no mitmproxy): frame order, the answer applies,
+"""stream_cpp against a scripted provider on loopback and a real SQLite store (no mitmproxy): frame order, the answer applies,
 each template's prompt, the chat path, errors, the deadline, cancellation, and the llm_calls row."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import sqlite3
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -14,28 +17,34 @@ from byok.assist.tab_edit import Edit, apply_edit
 from byok.proto import cpp_pb2 as cpb
 from byok.providers.config import parse_providers
 from byok.providers.io import StreamLimits, make_client
+from byok.store import AsyncStore
 from byok.wire.errors import ProtocolError, ProviderError
 from tests.support.scripted_provider import CHAT, COMPLETIONS, MISTRAL_FIM, Hang, HttpError, ScriptedProvider
 
 pytestmark = pytest.mark.timeout(30)
 
 
-class Store:
-    """The store calls a Tab call makes, kept in memory."""
+class Recorded:
+    """A real store (SQLite, byok.store) in a temporary folder, and what a Tab call wrote to it."""
 
-    def __init__(self) -> None:
-        self.rows: dict[int, dict] = {}
-        self.positions: list[dict] = []
+    def __init__(self, folder: Path) -> None:
+        self.path = folder / "byok.db"
 
-    async def record_tab_position(self, row: dict) -> None:
-        self.positions.append(row)
+    def _select(self, table: str) -> list[dict]:
+        db = sqlite3.connect(self.path)
+        db.row_factory = sqlite3.Row
+        try:
+            return [dict(r) for r in db.execute(f"SELECT * FROM {table} ORDER BY id")]
+        finally:
+            db.close()
 
-    async def begin_llm_call(self, row: dict) -> int:
-        self.rows[len(self.rows) + 1] = {**row, "status": "running"}
-        return len(self.rows)
+    @property
+    def rows(self) -> dict[int, dict]:
+        return {n: row for n, row in enumerate(self._select("llm_calls"), start=1)}
 
-    async def finish_llm_call(self, row_id: int, updates: dict) -> None:
-        self.rows[row_id].update(updates)
+    @property
+    def positions(self) -> list[dict]:
+        return self._select("tab_positions")
 
 
 @pytest.fixture(scope="module")
@@ -72,9 +81,19 @@ def request(contents: str, line: int, column: int, **fields) -> cpb.StreamCppReq
         cursor_position=cpb.CursorPosition(line=line, column=column), **fields), **fields.pop("outer", {}))
 
 
-async def serve(config, req: cpb.StreamCppRequest, store: Store | None = None, *, deadline_s: float | None = None,
-                leave_after: int | None = None) -> list[cpb.StreamCppResponse]:
-    store = store if store is not None else Store()
+async def serve(config, req: cpb.StreamCppRequest, recorded: Recorded | None = None, *,
+                deadline_s: float | None = None, leave_after: int | None = None) -> list[cpb.StreamCppResponse]:
+    with tempfile.TemporaryDirectory() as folder:
+        store = await AsyncStore.open((recorded or Recorded(Path(folder))).path)
+        try:
+            return await _serve(config, req, store, deadline_s=deadline_s, leave_after=leave_after)
+        finally:  # the writes a call queued (its tab_positions row) land before the store closes
+            await asyncio.gather(*(t for t in asyncio.all_tasks() if t is not asyncio.current_task()),
+                                 return_exceptions=True)
+            await store.close()
+
+
+async def _serve(config, req, store, *, deadline_s, leave_after) -> list[cpb.StreamCppResponse]:
     frames = []
     async with make_client() as http:
         ctx = CallContext(request_id="req-1", route=config.tab_route, http=http, limits=StreamLimits(5, 5),
@@ -103,9 +122,9 @@ def edit_of(frames) -> Edit:
 CODE = "def add(a, b):\r\n    return a + \r\n\r\nprint(add(1, 2))\r\n"
 
 
-def test_fim_answer_frames_apply_and_row(provider):
+def test_fim_answer_frames_apply_and_row(provider, tmp_path):
     provider.enqueue("openai_completions", COMPLETIONS.text_reply("b", pieces=1, litellm=True))
-    store = Store()
+    store = Recorded(tmp_path)
     frames = asyncio.run(serve(config_for(provider), request(CODE, 1, 15), store))
     assert kinds(frames)[:3] == ["model_info", "range", "text"] and kinds(frames)[-1] == "done"
     assert all(not f.text for f in frames if f.HasField("model_info") or f.HasField("range_to_replace"))
@@ -160,9 +179,9 @@ def test_chat_model_rewrites_the_window(provider):
     assert sent[0]["role"] == "system" and "<|cursor|>" in sent[1]["content"]
 
 
-def test_budget_cut_is_an_error_without_a_range(provider):
+def test_budget_cut_is_an_error_without_a_range(provider, tmp_path):
     provider.enqueue("openai_completions", COMPLETIONS.length_cutoff("b + c + d"))
-    store = Store()
+    store = Recorded(tmp_path)
     with pytest.raises(ProviderError, match="token budget") as e:
         asyncio.run(serve(config_for(provider), request("x = a + \n", 0, 8), store))
     assert e.value.kind == "length" and store.rows[1]["status"] == "error"
@@ -184,8 +203,8 @@ def test_rely_on_filesync_without_contents_asks_for_the_file(provider):
     assert spb.ErrorDetails.FromString(detail.value).error == spb.ErrorDetails.ERROR_FILE_NOT_FOUND
 
 
-def test_a_bad_cursor_is_a_protocol_error_and_is_recorded(provider):
-    store = Store()
+def test_a_bad_cursor_is_a_protocol_error_and_is_recorded(provider, tmp_path):
+    store = Recorded(tmp_path)
     with pytest.raises(ProtocolError):
         asyncio.run(serve(config_for(provider), request("ab\n", 0, 9), store))
     assert store.positions[0]["column_fits"] == "past_end"  # cursor-byok verify reports it
@@ -198,9 +217,9 @@ def test_the_deadline(provider):
     assert provider.wait_closed(len(provider.requests)).closed_early
 
 
-def test_leaving_mid_stream_closes_the_provider_request_and_records_the_cancel(provider):
+def test_leaving_mid_stream_closes_the_provider_request_and_records_the_cancel(provider, tmp_path):
     provider.enqueue("openai_completions", COMPLETIONS.endless("y", every_s=0.05))
-    store = Store()
+    store = Recorded(tmp_path)
     frames = asyncio.run(serve(config_for(provider, tab="max_tokens = 4096"), request("x = \n", 0, 4), store,
                                leave_after=3))
     assert kinds(frames) == ["model_info", "range", "text"]

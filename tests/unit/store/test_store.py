@@ -90,7 +90,7 @@ def test_first_migration_database_upgrades_to_latest(db_target):
 
 
 def test_state_snapshots_move_out_of_the_message_rows(db_target):
-    """Migration m012: a turn stored with its state snapshot inline (base64 in its JSON; blob_refs as
+    """Migration m013: a turn stored with its state snapshot inline (base64 in its JSON; blob_refs as
     rows of any age had them) keeps only the snapshot's id; the snapshot is a blob, granted to the
     conversation's user; the history reads and projects as if it had been written so; GC still
     keeps what published checkpoints named before (published_states.blob_ids) and after."""
@@ -99,7 +99,7 @@ def test_state_snapshots_move_out_of_the_message_rows(db_target):
 
     old_db = dbmod.connect_postgres(db_target, migrate=False) if db_target.startswith("postgresql://") \
         else dbmod.SqliteDatabase(Database(db_target).conn)
-    migrations.apply(old_db, stop_before="m012_incremental_history")
+    migrations.apply(old_db, stop_before="m013_incremental_history")
     old_db.execute("INSERT INTO conversations(id, user_id, created_at_ms, updated_at_ms) VALUES ('c', 'ann', 1, 1)")
     old = History(inline_state=True).run([("turn",), ("answer", True), ("turn",), ("answer", False)])
     published = [proj.sha256(b"named by an old checkpoint")]
@@ -117,7 +117,7 @@ def test_state_snapshots_move_out_of_the_message_rows(db_target):
                    " VALUES ('c', 'digest', 4, ?, 1)", [json.dumps([published[0].hex()])])
     old_db.close()
 
-    store = Store.open(db_target)  # applies m012
+    store = Store.open(db_target)  # applies m013
     migrated = store.messages(4)
     turns = [m for m in migrated if m.payload["kind"] == "runtime"]
     now = History().run([("turn",), ("answer", True), ("turn",), ("answer", False)])  # as written today
