@@ -392,8 +392,7 @@ class Store:
         turn's way to the provider commits once: `blobs` the messages name (a turn's state snapshot;
         a crash never keeps one without the other; `user_id`: whose, as in put_blobs), the input
         `anchor` first used here (anchor_input), and (`run_base`) the fencing run's base revision.
-        `returning`: also return the messages as stored (what messages_since would read back; the
-        payload is the caller's dict)."""
+        `returning`: also return the messages as stored (what messages_since would read back)."""
         ts = self._now()
         with self.db.atomic():
             self._ensure_conversation(conversation_id)
@@ -444,8 +443,9 @@ class Store:
                         " VALUES (?, ?, ?, ?, ?) RETURNING id",
                         [conversation_id, revision, message_id, length, ts],
                     ).fetchone()[0]
-                stored.append(StoredMessage(message_id, msg.role, msg.origin, msg.payload, msg.runtime_event_id,
-                                            request_id, revision, len(payload)))
+                if returning:  # read back as messages() would: canonical JSON (sorted keys, no shared dicts)
+                    stored.append(StoredMessage(message_id, msg.role, msg.origin, json.loads(payload),
+                                                msg.runtime_event_id, request_id, revision, len(payload)))
             if move_head:
                 self.db.execute(
                     "UPDATE conversations SET head_revision_id = ?, updated_at_ms = ? WHERE id = ?",

@@ -247,7 +247,7 @@ class Turn:
         try:
             return await self.svc.store.append(self.conversation_id, base, new, fence_request_id=self.run.request_id)
         except StaleRun as e:
-            raise RunCanceled(str(e)) from None
+            raise self._fenced_off(e) from None
 
     # ---- the runtime user message ---------------------------------------------------------------
 
@@ -332,9 +332,14 @@ class Turn:
                 self.conversation_id, self.revision, new, fence_request_id=self.run.request_id,
                 blobs=blobs, user_id=self.run.user, anchor=anchor, run_base=self._records_base(), returning=True)
         except StaleRun as e:
-            raise RunCanceled(str(e)) from None
+            raise self._fenced_off(e) from None
         self._base_recorded = self._base_recorded or self.revision == self._base
         await self._advance(revision, stored, {blob_id: data for blob_id, data, _ in blobs})
+
+    def _fenced_off(self, error: StaleRun) -> RunCanceled:
+        """A newer run owns the conversation now: its history is the one to keep warm, not this one's."""
+        self._history_ok = False
+        return RunCanceled(str(error))
 
     def _records_base(self) -> bool:
         """This append (the run's first on its base) records the run's base revision."""
@@ -449,7 +454,7 @@ class Turn:
                 fence_request_id=self.run.request_id, is_error=is_error, returning=True,
             )
         except StaleRun as e:
-            raise RunCanceled(str(e)) from None
+            raise self._fenced_off(e) from None
         await self._advance(revision, stored)
 
     async def _finish_text(self, result: CallResult) -> None:

@@ -62,6 +62,14 @@ def _tool_call(name: str, call_id: str, i: int) -> tuple[apb.ToolCall, bool, dic
 TOOLS = ("Read", "TodoWrite", "CreatePlan", "Task", "UpdateCurrentStep", "Broken")
 
 
+def replay(i: int) -> dict | None:
+    """A provider's replay state as it arrives: keys in the provider's order, not sorted (the store
+    keeps canonical JSON; what a turn folds in must read as what the store gives back)."""
+    if i % 3:
+        return None
+    return {"kind": "anthropic", "content": [{"type": "thinking", "thinking": "t", "signature": f"sig{i}"}]}
+
+
 @dataclass
 class History:
     """Builds stored messages the way the turn and its capabilities write them."""
@@ -125,7 +133,7 @@ class History:
         self.group(self._add("user", payload, f"run-request:s{i}"))
 
     def answer(self, i: int, *, usage: bool) -> None:
-        item = AssistantItem(text=f"answer {i}", thinking="thought" if i % 2 else "")
+        item = AssistantItem(text=f"answer {i}", thinking="thought" if i % 2 else "", replay=replay(i))
         self.group(self._add("assistant", history.assistant_payload(
             item, thinking_ms=7 if i % 2 else None, model_call_id=f"mc{i}",
             usage={"input_tokens": 100 + i, "output_tokens": 5} if usage else None)))
@@ -139,7 +147,8 @@ class History:
             name = names[index]
             first = n == 0
             item = AssistantItem(text=f"round {i}" if first else "", thinking="plan" if first else "",
-                                 tool_calls=(ToolCall(call_id, name, json.dumps({"n": index}), index),))
+                                 tool_calls=(ToolCall(call_id, name, json.dumps({"n": index}), index),),
+                                 replay=replay(i) if first else None)
             a = self._add("assistant", history.assistant_payload(
                 item, thinking_ms=3 if first else None, model_call_id=f"mc{i}", tool_round_id=rid,
                 round_size=len(names), usage={"input_tokens": 50 + i, "output_tokens": 2} if first else None))
