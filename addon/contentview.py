@@ -188,6 +188,8 @@ def summarize(message: Message, id_labels: dict[str, str]) -> tuple[str, list[st
     if branch is None:
         return "empty", []
     sub = getattr(message, branch)
+    if not isinstance(sub, Message):  # a scalar branch (StreamNextCursorPredictionResponse.text, say)
+        return branch, []
     if branch == "run_request":
         return branch, _run_request_ids(sub)
     nested = _set_oneof(sub)

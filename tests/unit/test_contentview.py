@@ -431,3 +431,12 @@ def test_the_one_shot_calls_and_is_connected_are_decoded(registered):
 
     probe = flow_for("/aiserver.v1.NetworkService/IsConnected", response_body=b"", response_type="application/proto")
     assert auto(probe.response, probe)[0] == "Cursor: IsConnected response"
+
+
+def test_a_scalar_oneof_branch_is_named_not_walked():
+    """Found by fuzzing: a frame whose oneof branch is a string (StreamNextCursorPrediction's text)."""
+    from byok.proto import cpp_pb2 as cpb
+
+    frame = connect.encode_envelope(b"\n\x00")  # field 1 (text), empty string
+    lines = texts(cv.render_unary(frame, cpb.StreamNextCursorPredictionResponse, "application/connect+proto"))
+    assert lines[0].startswith("[0] MSG") and lines[0].split()[-1] == "text"
