@@ -298,3 +298,42 @@ def test_http_404_points_at_base_url_and_the_model_id_and_keeps_its_status():
     assert "No fixture matched" in error.message and "check base_url and the model id" in error.message
     assert "/chat/completions" in error.message and "usually /v1" in error.message
     assert error.detail.endswith("(HTTP 404)") and error.to_connect().message == error.detail
+
+
+def test_consecutive_calls_reuse_one_provider_connection():
+    """The next turn (or Tab keystroke) goes out on the connection the last one used: no new handshake.
+    make_client keeps idle connections KEEPALIVE_S (90 s, where httpx's default is 5 s)."""
+    from byok.providers import io
+
+    connections: list[int] = []
+    body = b'data: {"choices":[{"delta":{"content":"hi"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(writer.get_extra_info("peername")[1])
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length"))
+                await reader.readexactly(length)
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n%s"
+                             % (len(body), body))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    async def run() -> None:
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            async with make_client() as client:
+                for _ in range(3):
+                    events = [e async for e in stream_model(client, adapter_for("openai_chat"),
+                                                            request("openai_chat", base_url=f"http://127.0.0.1:{port}/v1"))]
+                    assert any(isinstance(e, TextDelta) for e in events)
+        finally:
+            server.close()
+
+    asyncio.run(run())
+    assert len(connections) == 1
+    assert io.KEEPALIVE_S >= 60
