@@ -485,21 +485,10 @@ class _Validator:
         entry = self._table("tab", raw, TAB_KEYS)
         if entry is None:
             return None
-        ref = entry.get("model")
-        if not isinstance(ref, str) or not ref.strip():
+        if "model" not in entry:
             raise self.table_fail("tab", 'model is required: "<provider name>/<model id>" (or a model id unique '
                                   "in this file)", "model")
-        name, _, model_id = ref.partition("/")
-        matches = [r for r in routes if r.provider == name and r.model_id == model_id]
-        if not matches:
-            matches = [r for r in routes if r.model_id == ref]
-            if len(matches) > 1:
-                raise self.table_fail("tab", f"model {ref!r} is the id of {len(matches)} models ("
-                                      + ", ".join(f"{r.provider}/{r.model_id}" for r in matches)
-                                      + '); write "<provider name>/<model id>"', "model")
-        if not matches:
-            raise self.table_fail("tab", f"model {ref!r} names no model in this file; write "
-                                  '"<provider name>/<model id>"', "model")
+        route = self.named_model("tab", "model", entry["model"], routes)
 
         def positive(key: str, default: int, most: int) -> int:
             value = entry.get(key, default)
@@ -507,7 +496,7 @@ class _Validator:
                 raise self.table_fail("tab", f"{key} must be an integer from 1 to {most}", key)
             return value
 
-        return TabConfig(matches[0].public_id, max_tokens=positive("max_tokens", TAB_DEFAULT_MAX_TOKENS, 4096),
+        return TabConfig(route.public_id, max_tokens=positive("max_tokens", TAB_DEFAULT_MAX_TOKENS, 4096),
                          max_lines=positive("max_lines", TAB_DEFAULT_MAX_LINES, 200))
 
     def image_generation(self, raw: Any) -> ImageConfig | None:
@@ -539,15 +528,23 @@ class _Validator:
         return FeaturesConfig(tuple((key, route.public_id) for key, route in named))
 
     def named_model(self, table: str, key: str, ref: Any, routes: list[ModelRoute]) -> ModelRoute:
-        """The model a top-level table names as "<provider name>/<model id>" (the model id may hold
-        slashes itself: the provider name ends at the first one)."""
-        shape = '"<provider name>/<model id>", e.g. "deepseek/deepseek-chat"'
-        if not isinstance(ref, str) or "/" not in ref.strip("/"):
+        """The model a top-level table ([tab], [features]) names: "<provider name>/<model id>" (the
+        model id may hold slashes itself: the provider name ends at the first one), or a model id that
+        is unique in this file."""
+        shape = '"<provider name>/<model id>" (e.g. "deepseek/deepseek-chat") or a model id unique in this file'
+        if not isinstance(ref, str) or not ref.strip():
             raise self.table_fail(table, f"{key} must name one of your models as {shape}", key)
         provider, _, model_id = ref.partition("/")
         for route in routes:
             if route.provider == provider and route.model_id == model_id:
                 return route
+        by_id = [r for r in routes if r.model_id == ref]
+        if len(by_id) == 1:
+            return by_id[0]
+        if len(by_id) > 1:
+            raise self.table_fail(table, f"{key} = {ref!r} is the id of {len(by_id)} models ("
+                                  + ", ".join(f"{r.provider}/{r.model_id}" for r in by_id)
+                                  + '); write "<provider name>/<model id>"', key)
         known = ", ".join(f"{r.provider}/{r.model_id}" for r in routes) or "none: add [[providers]] first"
         raise self.table_fail(table, f"{key} = {ref!r} names no model in this file (models: {known})", key)
 

@@ -1,5 +1,5 @@
 """`[features]` in the providers file: each of Cursor's other AI calls names one of the user's models
-as "<provider name>/<model id>"; `default` serves those left out; none at all passes the call upstream."""
+as "<provider name>/<model id>" (or a model id unique in the file, as [tab] does); `default` serves those left out; none at all passes the call upstream."""
 
 from __future__ import annotations
 
@@ -58,6 +58,12 @@ def test_a_feature_alone_leaves_the_others_upstream():
     assert config.feature_route("commit_message") is None
 
 
+def test_a_model_id_unique_in_the_file_names_its_model_like_tab():
+    config = parse('\n[features]\ncommit_message = "haiku"\ndefault = "small"\n')
+    assert config.feature_route("commit_message").provider == "claude"
+    assert config.feature_route("terminal").provider == "fast"
+
+
 def test_model_ids_may_hold_slashes():
     config = parse('\n[features]\nchat_title = "fast/org/with-slash"\n')
     assert config.feature_route("chat_title").model_id == "org/with-slash"
@@ -65,7 +71,7 @@ def test_model_ids_may_hold_slashes():
 
 @pytest.mark.parametrize("extra, message, key_line", [
     ('\n[features]\ncommit = "fast/small"\n', "unknown key 'commit'", 3),
-    ('\n[features]\ncommit_message = "small"\n', 'must name one of your models as "<provider name>/<model id>"', 3),
+    ('\n[features]\ncommit_message = "nosuch"\n', "commit_message = 'nosuch' names no model in this file", 3),
     ('\n[features]\ncommit_message = 3\n', "must name one of your models", 3),
     ('\n[features]\nterminal = "fast/large"\n', "names no model in this file (models: fast/small, "
                                                 "fast/org/with-slash, claude/haiku)", 3),

@@ -72,7 +72,7 @@ def test_no_tab_table_is_no_local_tab(tmp_path):
 
 @pytest.mark.parametrize("tab,message", [
     ('model = "ollama/nope"', "names no model"),
-    ("model = 5", "model is required"),
+    ("model = 5", "model must name one of your models"),
     ('model = "ollama/starcoder2:3b"\nmax_tokens = 0', "max_tokens must be an integer"),
     ('model = "ollama/starcoder2:3b"\nmax_lines = true', "max_lines must be an integer"),
     ('model = "ollama/starcoder2:3b"\nspeed = 1', "unknown key 'speed'"),
