@@ -56,19 +56,15 @@ class Assumption:
     check: Callable[["Evidence"], Verdict]
 
 
-ASSUMPTIONS: list[Assumption] = []
-
-
 def assumption(id: str, title: str, docs: Iterable[str]) -> Callable:
-    """Register a check; `verify` reports them in this order."""
+    """Name a check and the docs that depend on it (`check.assumption`); `ASSUMPTIONS` at the end of
+    this module is the one ordered list `verify` reports."""
 
-    def register(check: Callable[["Evidence"], Verdict]) -> Callable[["Evidence"], Verdict]:
-        if any(a.id == id for a in ASSUMPTIONS):
-            raise ValueError(f"assumption {id} is registered twice")
-        ASSUMPTIONS.append(Assumption(id, title, tuple(docs), check))
+    def describe(check: Callable[["Evidence"], Verdict]) -> Callable[["Evidence"], Verdict]:
+        check.assumption = Assumption(id, title, tuple(docs), check)  # type: ignore[attr-defined]
         return check
 
-    return register
+    return describe
 
 
 class Evidence:
@@ -569,6 +565,13 @@ def hosts_classified(ev: Evidence) -> Verdict:
         return Verdict(CONFIRMED, f"{len(listed)} host(s), all under byok_hosts; agent RPCs on "
                        f"{', '.join(agent) or 'none yet'}", counts, versions, details={"hosts": listed})
     return Verdict(NOT_SEEN, "no call to a Cursor host recorded yet", counts)
+
+
+ASSUMPTIONS: tuple[Assumption, ...] = tuple(check.assumption for check in (  # type: ignore[attr-defined]
+    run_headers, run_sse_headers, first_message, run_request_end, append_form, append_seqno, kv_ack,
+    unknown_fields, tab_positions, hosts_classified,
+))
+assert len({a.id for a in ASSUMPTIONS}) == len(ASSUMPTIONS), "two assumptions share an id"
 
 
 def run_all(ev: Evidence) -> list[tuple[Assumption, Verdict]]:

@@ -307,8 +307,12 @@ def test_every_assumption_names_docs_that_exist():
                 assert anchor in anchors(ROOT / path), (a.id, doc)
 
 
-def test_an_assumption_is_registered_once():
-    from byok.cli.assumptions import assumption
+def test_the_assumptions_are_one_explicit_list_with_unique_ids():
+    """Describing a check registers nothing: only the list at the end of assumptions.py is reported."""
+    from byok.cli import assumptions
 
-    with pytest.raises(ValueError, match="registered twice"):
-        assumption("kv.ack", "again", ["docs/compatibility.md"])(lambda ev: None)
+    before = assumptions.ASSUMPTIONS
+    extra = assumptions.assumption("kv.ack", "again", ["docs/compatibility.md"])(lambda ev: None)
+    assert extra.assumption.id == "kv.ack" and assumptions.ASSUMPTIONS is before
+    ids = [a.id for a in assumptions.ASSUMPTIONS]
+    assert len(ids) == len(set(ids)) == 10 and ids[0] == "run.headers" and ids[-1] == "hosts.classified"
