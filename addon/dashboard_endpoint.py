@@ -19,7 +19,7 @@ import secrets
 
 from mitmproxy import ctx, http
 
-from .access import authenticated_user, is_loopback
+from .access import authenticated_user, peer_is_loopback
 from .transports.loopback import point_at_loopback
 from .transports.stream_server import CALL_HEADER
 from .dashboard.views import HOST, MAX_BODY, RECENT_RUNS, Dashboard, Request, Sources, Viewer, viewer_for
@@ -93,7 +93,7 @@ class DashboardEndpoint:
     def viewer(self, flow: http.HTTPFlow) -> Viewer | str:
         team = self.backend.team
         peer = flow.client_conn.peername
-        return viewer_for(user=authenticated_user(flow), loopback_client=is_loopback(peer[0] if peer else None),
+        return viewer_for(user=authenticated_user(flow), loopback_client=peer_is_loopback(peer),
                           team_enabled=team.enabled, admins=team.file.current().admins if team.enabled else frozenset())
 
     @staticmethod
@@ -135,12 +135,15 @@ class DashboardEndpoint:
             pass  # the page was closed
 
     def _live_request_ids(self) -> list[str]:
+        """Runs of this process, running first. Called on the dashboard's thread while the event loop
+        changes these maps: each is copied by one C-level call (atomic under the GIL) before it is read."""
         runtime = self.backend.runtime
         if runtime is None:
             return []
-        running = [run.request_id for run in runtime.live_runs()]
-        finished = [rid for rid in reversed(runtime.finished) if rid not in running][:RECENT_RUNS]
-        return running + finished
+        channels = list(runtime.channels.values())
+        finished = list(runtime.finished)[-(RECENT_RUNS + len(channels)):]
+        running = [ch.run.request_id for ch in channels if ch.run is not None and not ch.run.terminal]
+        return running + [rid for rid in reversed(finished) if rid not in running][:RECENT_RUNS]
 
     # ---- what the operator pages run ------------------------------------------------------------------------
 
@@ -155,13 +158,19 @@ class DashboardEndpoint:
 
         from .status import status
 
-        settings = self.backend.settings
+        from byok.cli.common import ProxyAnswer
+
+        backend, settings = self.backend, self.backend.settings
         host, port = self._listen_address()
         os_name = platform_name()
+        # what this proxy's /status says, asked here rather than over the network: a proxy with proxyauth
+        # would answer the dashboard's own unauthenticated request 407
+        served = status(backend.providers, settings.mode, db=settings.db,
+                        team=backend.team.file if backend.team.enabled else None)
         return doctor.all_checks(
             os_name=os_name, confdir=Path(os.path.expanduser(ctx.options.confdir)), config=settings.config,
             db=settings.db, proxy=f"http://{host}:{port}", settings_path=doctor.cursor_settings_path(os_name),
-            recent_min=60, timeout=2.0, served=status(self.backend.providers, settings.mode))
+            recent_min=60, timeout=2.0, served=served, answer=ProxyAnswer(200, served))
 
     @staticmethod
     def _listen_address() -> tuple[str, int]:

@@ -21,6 +21,7 @@ from google.protobuf.message import DecodeError
 from mitmproxy import http
 
 from byok.proto import agent_pb2 as apb
+from byok.store.store import OPEN_AT_SHUTDOWN
 
 from .models import is_cursor_host
 from .router import BIDI_APPEND_PATH, RUN_PATH, RUN_PROBE_PATH, RUN_SSE_PATH, classify
@@ -36,8 +37,6 @@ FIRST_BYTES_MAX = 4 * 1024 * 1024
 OPEN_AFTER_RESPONSE_MS = 120_000
 """A Run whose request is still open this long after its response ended is written as it is."""
 MAX_OPEN = 4096
-OPEN_AT_SHUTDOWN = "open at shutdown"
-"""The `error` of a stream still open when the proxy stopped (cli/assumptions.py reads it)."""
 
 
 def now_ms() -> int:

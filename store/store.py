@@ -20,6 +20,9 @@ from pathlib import Path
 
 from . import db as dbmod
 
+OPEN_AT_SHUTDOWN = "open at shutdown"
+"""The `error` the recorder stores for an RPC stream still open when the proxy stopped (verify reads it)."""
+
 
 class StoreError(Exception):
     """Base of the store's own failures."""

@@ -1,8 +1,9 @@
 """The protocol assumptions cursor-byok relies on, each checked against the user's recorded traffic.
 
-Each assumption is a function `(Evidence) -> Verdict` registered with `@assumption(id, title, docs)`,
-where `docs` names the documentation that depends on it. To add one (Tab, another RPC), write the
-function below the others: `cursor-byok verify` runs every registered check in order.
+Each assumption is a function `(Evidence) -> Verdict` described with `@assumption(id, title, docs)`,
+where `docs` names the documentation that depends on it. To add one (another RPC), write the function
+below the others and add it to `ASSUMPTIONS` at the end of this module: `cursor-byok verify` runs that
+list, in its order, and nothing else.
 
 A verdict is one of three:
 - `confirmed`: the traffic shows it, with counts and the client versions seen;
@@ -22,16 +23,14 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 
+from ..agent.cursor.bidi import BEFORE_RUN_REQUEST
 from ..agent.drift import WIRE_TYPES
+from ..store.store import OPEN_AT_SHUTDOWN
 
 CONFIRMED, CONTRADICTED, NOT_SEEN = "confirmed", "contradicted", "not_seen"
 CONNECT_PROTO = "application/connect+proto"
-BEFORE_RUN_REQUEST = ("client_heartbeat", "prewarm_request")
-"""Client messages that may precede the run_request (byok.run_transport says the same)."""
 AGENT_RPCS = ("run", "run_sse", "bidi_append", "run_probe")
 """router.Rpc values of the agent's RPCs."""
-OPEN_AT_SHUTDOWN = "open at shutdown"
-"""The `error` of a stream still open when the proxy stopped (wire_facts.py writes it)."""
 
 
 @dataclass

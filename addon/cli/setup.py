@@ -227,9 +227,7 @@ def plan_setup(args, os_name: str, state: dict | None) -> Plan:
     values = {"http.proxy": args.proxy or default_proxy(), "http.proxySupport": "on"}
     notes = []
     try:
-        from .doctor import parse_jsonc
-
-        current = parse_jsonc(text) if text.strip() else {}
+        current = jsonc.parse(text) if text.strip() else {}
     except ValueError:
         current = {}
     old_proxy = current.get("http.proxy")
@@ -239,7 +237,8 @@ def plan_setup(args, os_name: str, state: dict | None) -> Plan:
     after = jsonc.set_members(text, values).encode("utf-8")
     confdir = args.confdir or default_confdir()
     ca_path = confdir / CA_CERT
-    done = {(e["store"], e["sha256"]) for e in (state or {}).get("ca", [])}
+    # a step that failed half-way (complete false) runs again
+    done = {(e["store"], e["sha256"]) for e in (state or {}).get("ca", []) if e.get("complete")}
     steps, create = [], not ca_path.exists()
     if create:
         notes.append(f"no CA in {confdir} yet: it is created now, as mitmproxy does on its first start")
@@ -450,7 +449,8 @@ def apply_plan(args, plan: Plan, state: dict, out) -> None:
                          for c in step.undo]
         entry = {"store": step.store, "sha256": cert.sha256, "cert_pem": cert.pem, "complete": False,
                  "undo": _argvs(undo_commands), **{k: v for k, v in step.detail.items() if k != "sha256"}}
-        state["ca"].append(entry)
+        state["ca"] = [e for e in state["ca"] if (e["store"], e["sha256"]) != (step.store, cert.sha256)]
+        state["ca"].append(entry)  # replaces the entry of an earlier, failed try of this step
         save_state(state)
         for command in step.commands:
             line(out, f"$ {command.shown(plan.os_name)}")
@@ -530,7 +530,6 @@ def restored_settings(saved: dict) -> bytes | None:
     """The settings file as it was before setup: its original bytes when nothing touched it since;
     otherwise the current file with only the two proxy settings put back as they were."""
     from . import jsonc
-    from .doctor import parse_jsonc
 
     original = base64.b64decode(saved["original_b64"]) if saved["existed"] else None
     path = Path(saved["path"])
@@ -538,7 +537,7 @@ def restored_settings(saved: dict) -> bytes | None:
     if current is None or hashlib.sha256(current).hexdigest() == saved.get("written_sha256"):
         return original
     text = current.decode("utf-8")
-    before = parse_jsonc((original or b"").decode("utf-8")) if original else {}
+    before = jsonc.parse((original or b"").decode("utf-8")) if original else {}
     text = jsonc.remove_members(text, {k for k in PROXY_SETTINGS if k not in before})
     put_back = {k: before[k] for k in PROXY_SETTINGS if k in before}
     return (jsonc.set_members(text, put_back) if put_back else text).encode("utf-8")

@@ -261,7 +261,7 @@ class Dashboard:
         if self._conn is None:
             from byok.cli.common import open_db
 
-            self._conn = open_db(self.db_target)
+            self._conn = open_db(self.db_target, migrate=False)  # the proxy migrated it at start
         return self._conn
 
     async def call(self, fn: Callable, *args):
@@ -294,7 +294,7 @@ class Dashboard:
         session, new_session = self.session_of(request)
         try:
             if request.path.startswith("/static/"):
-                response = self.static(request.path[len("/static/"):])
+                response = await self.call(self.static, request.path[len("/static/"):])
             elif request.method == "POST":
                 response = await self.post(request, viewer, session)
             elif request.method not in ("GET", "HEAD"):
@@ -302,21 +302,24 @@ class Dashboard:
             else:
                 response = await self.call(self.page, request, viewer, session)
         except NotFound as e:
-            response = Response.html(self.render("error.html.j2", viewer, session, status=404,
-                                                 message=str(e) or "no such page"), 404)
+            response = await self.error_page(viewer, session, 404, str(e) or "no such page")
         except Forbidden as e:
-            response = Response.html(self.render("error.html.j2", viewer, session, status=403, message=str(e)), 403)
+            response = await self.error_page(viewer, session, 403, str(e))
         except Exception as e:  # a page that fails says so, with the reason; the proxy goes on
             log.exception("dashboard page %s failed", request.path)
             await self.call(self._drop_conn)  # a broken connection (a restarted server) is opened anew
-            response = Response.html(self.render("error.html.j2", viewer, session, status=500,
-                                                 message=f"{type(e).__name__}: {e}"), 500)
+            response = await self.error_page(viewer, session, 500, f"{type(e).__name__}: {e}")
         response.headers += SECURITY_HEADERS
         if new_session:
             response.headers.append(("set-cookie", f"{SESSION_COOKIE}={session}; Path=/; HttpOnly; SameSite=Strict"))
         if request.method == "HEAD":
             response.body = b""
         return response
+
+    async def error_page(self, viewer: Viewer, session: str, status: int, message: str) -> Response:
+        """Rendered on the dashboard's thread, like every page (jinja reads template files)."""
+        html = await self.call(lambda: self.render("error.html.j2", viewer, session, status=status, message=message))
+        return Response.html(html, status)
 
     def static(self, name: str) -> Response:
         path = (STATIC / name).resolve()
@@ -462,8 +465,8 @@ class Dashboard:
         stats = await self.sources.gc(days)
         counts = await self.call(lambda: {t: self.conn().execute(f"SELECT count(*) FROM {t}").fetchone()[0]
                                           for t in ("conversations", "runs", "llm_calls", "frames", "blobs")})
-        return Response.html(self.render("maintenance.html.j2", viewer, session, result=stats, days=days,
-                                         counts=counts))
+        return Response.html(await self.call(lambda: self.render("maintenance.html.j2", viewer, session, result=stats,
+                                                                 days=days, counts=counts)))
 
     # -- helpers
 

@@ -38,6 +38,7 @@ from byok.proto import agent_pb2 as apb
 
 from ..wire import connect
 from ..wire.errors import AccessDenied, ProtocolError, RunCanceled
+from ..agent.cursor.bidi import BEFORE_RUN_REQUEST
 from ..agent.run import PARENT_TOOL_CALL_HEADER
 from ..agent.runtime import Route, Runtime
 from .. import duplex
@@ -54,8 +55,6 @@ CONNECT_PROTO = "application/connect+proto"
 REQUEST_END_GRACE_S = 30.0
 """After the response ended, how long to wait for the client to end its request side."""
 PENDING_TTL_S = 60.0
-BEFORE_RUN_REQUEST = ("client_heartbeat", "prewarm_request")
-"""Client messages that may precede the run_request (they carry no state)."""
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "te",
                         "host", "content-length", "http2-settings"})
 

@@ -10,7 +10,6 @@ import json
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from tests.e2e.conftest import run, start_proxy
 from tests.support.fake_cursor import FakeCursor
 from tests.support.fake_h2_cursor import FakeH2Cursor
 from tests.support.scripted_provider import CHAT, Usage
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 CLI = str(Path(sys.executable).with_name("cursor-byok"))
@@ -38,16 +38,17 @@ OFFICIAL = [
 
 
 def wait_rows(db: Path, sql: str, count: int, timeout: float = 10) -> list[tuple]:
-    deadline = time.monotonic() + timeout
-    while True:
+    """At least `count` rows of `sql`, or a failure naming what never came."""
+
+    def rows() -> list[tuple]:
         conn = sqlite3.connect(db)
         try:
-            rows = conn.execute(sql).fetchall()
+            found = conn.execute(sql).fetchall()
         finally:
             conn.close()
-        if len(rows) >= count or time.monotonic() > deadline:
-            return rows
-        time.sleep(0.05)
+        return found if len(found) >= count else []
+
+    return wait_until(rows, f"{count} row(s) of {sql}", timeout)
 
 
 def verify(db: Path) -> tuple[int, dict, str]:

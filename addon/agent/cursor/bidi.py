@@ -29,6 +29,8 @@ class UnusableAppend(ConnectError):
     seqno: int = 0
 
 
+BEFORE_RUN_REQUEST = ("client_heartbeat", "prewarm_request")
+"""Client messages that may precede a run's run_request (they carry no state)."""
 FORMS = ("data", "data_binary", "both")
 """How an append carries its message: hex `data`, raw `data_binary` (newer clients), or both."""
 

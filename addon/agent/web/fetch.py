@@ -1,5 +1,5 @@
-"""What WebFetch adds around Cursor's own fetch (the client executes `fetch_args`; the proxy never
-downloads the page itself):
+"""What WebFetch adds around Cursor's own fetch (the client executes `fetch_args`; the proxy reads only
+response headers itself, while it walks redirects):
 
 - a private-address guard, before the user is even asked: a URL whose host is (or resolves to) a
   loopback, link-local, private or otherwise non-public address is refused, unless the user allows
@@ -10,8 +10,9 @@ downloads the page itself):
   redirects itself (GET, headers only, never following on its own), checks each next hop before
   requesting it, and gives Cursor the final URL. Cursor's own fetch may still be redirected
   (a server may answer it differently); where it ended up is checked again afterwards.
-- not checked (docs/tools.md): the client resolves the name again when it fetches, so a name whose
-  DNS answer changes in between is not caught (DNS rebinding); a server that redirects Cursor
+- not checked (docs/tools.md): the client resolves the name again when it fetches, and so does the
+  proxy's own redirect walk, so a name whose DNS answer changes in between is not caught (DNS
+  rebinding; the walk's GET could then reach a private address of the proxy's own network); a server that redirects Cursor
   elsewhere than the proxy is caught only after Cursor fetched; redirects made by the page itself
   (HTML meta refresh, JavaScript) are not followed by anyone.
 - a size cap on what comes back (`byok_web_fetch_max_kb`): the rest of a larger page is cut before

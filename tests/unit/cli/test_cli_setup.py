@@ -270,6 +270,21 @@ def test_a_failing_step_keeps_what_was_done_for_undo(linux, capsys):
     assert not (linux["store"] / "cursor-byok-mitmproxy.crt").exists() and not linux["state"].exists()
 
 
+def test_a_step_that_failed_runs_again_on_the_next_setup(linux, capsys):
+    """The store update failed once; the next setup runs that step again (not only the NSS one), and the
+    state holds one entry per step."""
+    good = linux["update"].read_text()
+    linux["update"].write_text("#!/bin/sh\nexit 3\n")
+    assert main(["setup", "--yes", *linux["args"]]) == 1
+    capsys.readouterr()
+    linux["update"].write_text(good)
+    assert main(["setup", "--yes", *linux["args"]]) == 0
+    assert "Done." in capsys.readouterr().out
+    assert linux["bundle"].read_bytes() == (linux["confdir"] / "mitmproxy-ca-cert.pem").read_bytes()
+    state = json.loads(linux["state"].read_text())
+    assert sorted((e["store"], e["complete"]) for e in state["ca"]) == [("linux-custom", True), ("nss", True)]
+
+
 def test_json_plan_for_scripts(linux, capsys):
     assert main(["setup", "--dry-run", "--json", *linux["args"]]) == 0
     report = json.loads(capsys.readouterr().out)

@@ -19,7 +19,6 @@ from byok.cli.client import user_turn_request
 from byok.proto import agent_pb2 as apb
 from byok.store.store import Store
 from byok.wire import connect
-from byok.wire_facts import OPEN_AT_SHUTDOWN as WRITTEN_AT_SHUTDOWN
 from tests.unit.cli.test_docs_links import ROOT, anchors
 
 T0 = 1_767_312_000_000  # 2026-01-02T00:00Z
@@ -289,10 +288,6 @@ def test_seqno_findings():
     assert seqno_findings([0, 2, 1, 2, 3]) == {"start": 0, "gaps": [], "duplicates": 1, "out_of_order": 1}
     assert seqno_findings([1, 2]) == {"start": 1, "gaps": [], "duplicates": 0, "out_of_order": 0}
     assert seqno_findings([0, 3, 1]) == {"start": 0, "gaps": [2], "duplicates": 0, "out_of_order": 1}
-
-
-def test_the_shutdown_marker_is_the_one_the_recorder_writes():
-    assert OPEN_AT_SHUTDOWN == WRITTEN_AT_SHUTDOWN
 
 
 def test_every_assumption_names_docs_that_exist():
